@@ -1,0 +1,3 @@
+from dlvirt.cli import main
+
+raise SystemExit(main())

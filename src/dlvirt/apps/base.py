@@ -1,0 +1,158 @@
+"""The app interface: dataset, model, pre-process, infer, post-process.
+
+One class per DL application; the LoadGen harness (``dlvirt.harness``) drives any of them the same
+way, so adding an app is one new module registered in ``dlvirt.apps``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dlvirt.atomic import read_json, write_json_atomic
+from dlvirt.scenario import Scenario
+
+DATASET_INFO = "dataset.json"
+
+
+class AppError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """Threads the app may use, chosen from what the platform really grants (or naively)."""
+
+    policy: str          # "granted" (affinity and CFS quota) or "naive" (os.cpu_count())
+    cores: int           # the core count the plan was sized from
+    intra_op: int        # framework intra-op threads
+    inter_op: int        # framework inter-op threads
+    pre_workers: int     # pre-processing worker threads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checked_weights(settings: dict[str, Any]) -> Path | None:
+    """The configured weights file after its checksum matched, or None for random initialisation."""
+    weights = settings.get("weights") or {}
+    path = weights.get("path")
+    if not path:
+        return None
+    path = Path(path)
+    if not path.is_file():
+        raise AppError(f"weights.path {path} does not exist")
+    want = weights.get("sha256")
+    if want:
+        got = sha256_file(path)
+        if got != want:
+            raise AppError(f"weights.path {path}: sha256 {got} != weights.sha256 {want}")
+    return path
+
+
+class App(ABC):
+    name: ClassVar[str]
+    title: ClassVar[str]
+    model_name: ClassVar[str]
+    framework: ClassVar[str]
+    dataset_name: ClassVar[str]
+    processors: ClassVar[tuple[str, ...]] = ("CPU", "GPU")
+    why_no_gpu: ClassVar[str] = ""
+
+    def __init__(self, settings: dict[str, Any], dataset_dir: Path, processor: str, threads: ThreadPlan) -> None:
+        self.settings = settings
+        self.dataset_dir = Path(dataset_dir)
+        self.dataset_info = read_json(self.dataset_dir / DATASET_INFO)
+        self.processor = processor
+        self.threads = threads
+        self.weights_path: Path | None = None
+
+    # -- matrix ---------------------------------------------------------------------------------
+    @classmethod
+    def unsupported_reason(cls, scenario: Scenario, tool: str) -> str | None:
+        if scenario.processor not in cls.processors:
+            return f"{cls.name.upper()} does not run on {scenario.processor} ({cls.why_no_gpu})"
+        return None
+
+    # -- dataset --------------------------------------------------------------------------------
+    @classmethod
+    def prepare_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> None:
+        """Generate the synthetic dataset, or check and register the user's real one."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dataset = settings["dataset"]
+        if dataset.get("path"):
+            root = Path(dataset["path"]).resolve()
+            info = {"source": "real", "root": str(root), **cls.check_real_dataset(root, settings)}
+        else:
+            info = {"source": "synthetic", "root": None, "seed": dataset["seed"],
+                    **cls.generate_dataset(out_dir, settings)}
+        info.update({"app": cls.name, "dataset": cls.dataset_name})
+        write_json_atomic(out_dir / DATASET_INFO, info)
+
+    @classmethod
+    @abstractmethod
+    def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
+        """Write a synthetic dataset in the real file format under ``out_dir``; return facts about it."""
+
+    @classmethod
+    @abstractmethod
+    def check_real_dataset(cls, root: Path, settings: dict[str, Any]) -> dict[str, Any]:
+        """Check a user-provided dataset at ``root``; raise AppError naming what is missing."""
+
+    @property
+    def data_root(self) -> Path:
+        """Where the samples are: the dataset dir for synthetic data, the user's folder for real data."""
+        root = self.dataset_info.get("root")
+        return Path(root) if root else self.dataset_dir
+
+    # -- model and phases -----------------------------------------------------------------------
+    @abstractmethod
+    def sample_count(self) -> int:
+        """Samples in the dataset (LoadGen's total sample count)."""
+
+    @abstractmethod
+    def load_model(self) -> None:
+        """Set framework threads from ``self.threads``, build the model, load weights if configured."""
+
+    @abstractmethod
+    def preprocess(self, index: int) -> Any:
+        """Read sample ``index`` from storage and turn it into model input (thread-safe)."""
+
+    @abstractmethod
+    def infer(self, batch: list[Any]) -> Any:
+        """Run the model on a batch of pre-processed samples."""
+
+    @abstractmethod
+    def postprocess(self, indices: list[int], outputs: Any) -> list[bytes]:
+        """Turn model outputs into per-sample answers (the LoadGen response payload)."""
+
+    def begin_repetition(self, out_dir: Path) -> None:
+        """Called before each repetition; ``out_dir`` receives its predictions."""
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def end_repetition(self) -> dict[str, Any]:
+        """Quality figures of the finished repetition (accuracy where labels exist)."""
+        return {}
+
+    def model_provenance(self) -> dict[str, Any]:
+        if self.weights_path is None:
+            return {"model": self.model_name, "framework": self.framework, "weights": "random",
+                    "seed": self.settings.get("seed", 0)}
+        return {"model": self.model_name, "framework": self.framework, "weights": "loaded",
+                "path": str(self.weights_path), "sha256": self.settings["weights"].get("sha256")}
+
+    def framework_versions(self) -> dict[str, str]:
+        return {}

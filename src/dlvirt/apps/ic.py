@@ -1,0 +1,168 @@
+"""IC: image classification with ResNet50 (TensorFlow/Keras) on ImageNet-style JPEGs.
+
+Pre-processing follows the MLPerf reference (``pre_process_vgg``): decode, RGB, aspect-preserving
+resize so the short side is 256 (224 / 0.875) with area interpolation, 224×224 centre crop,
+per-channel mean subtraction, NHWC float32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlvirt.apps.base import App, AppError, checked_weights
+
+IMAGE_SIZE = 224
+RESIZE_SHORT = 256  # MLPerf: 224 / 87.5 %
+CHANNEL_MEANS = np.array([123.68, 116.78, 103.94], dtype=np.float32)
+NUM_CLASSES = 1000
+VAL_MAP = "val_map.txt"
+
+
+def read_val_map(root: Path) -> list[tuple[str, int]]:
+    entries = []
+    for n, line in enumerate((root / VAL_MAP).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise AppError(f"{root / VAL_MAP}:{n}: expected 'FILE LABEL', got {line!r}")
+        entries.append((parts[0], int(parts[1])))
+    return entries
+
+
+def preprocess_image(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        width, height = img.size
+        if height > width:
+            new_w, new_h = RESIZE_SHORT, round(RESIZE_SHORT * height / width)
+        else:
+            new_w, new_h = round(RESIZE_SHORT * width / height), RESIZE_SHORT
+        img = img.resize((new_w, new_h), Image.Resampling.BOX)
+        left = (new_w - IMAGE_SIZE) // 2
+        top = (new_h - IMAGE_SIZE) // 2
+        img = img.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
+        array = np.asarray(img, dtype=np.float32)
+    return array - CHANNEL_MEANS
+
+
+def synthetic_image(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """A photo-like image: smooth colour fields plus fine texture, so JPEG sizes resemble ImageNet's."""
+    from PIL import Image
+
+    coarse = rng.integers(0, 256, size=(max(2, height // 48), max(2, width // 48), 3), dtype=np.uint8)
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
+    texture = rng.normal(0, 18, size=(height, width, 3)).astype(np.int16)
+    return np.clip(smooth + texture, 0, 255).astype(np.uint8)
+
+
+class ImageClassification(App):
+    name = "ic"
+    title = "Image classification"
+    model_name = "ResNet50"
+    framework = "tensorflow"
+    dataset_name = "ImageNet 2012 validation"
+
+    @classmethod
+    def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
+        from PIL import Image
+
+        dataset = settings["dataset"]
+        rng = np.random.default_rng(dataset["seed"])
+        lines = []
+        total_bytes = 0
+        for i in range(1, dataset["count"] + 1):
+            # ImageNet val images are mostly 500 px on the long side, 333-500 on the short one.
+            long_side = 500
+            short_side = int(rng.integers(333, 501))
+            width, height = (long_side, short_side) if rng.random() < 0.75 else (short_side, long_side)
+            name = f"ILSVRC2012_val_{i:08d}.JPEG"
+            Image.fromarray(synthetic_image(rng, width, height)).save(out_dir / name, "JPEG", quality=90)
+            total_bytes += (out_dir / name).stat().st_size
+            lines.append(f"{name} {int(rng.integers(0, NUM_CLASSES))}")
+        (out_dir / VAL_MAP).write_text("\n".join(lines) + "\n")
+        return {"count": dataset["count"], "format": "JPEG", "bytes": total_bytes}
+
+    @classmethod
+    def check_real_dataset(cls, root: Path, settings: dict[str, Any]) -> dict[str, Any]:
+        if not (root / VAL_MAP).is_file():
+            raise AppError(f"apps.ic.dataset.path {root}: no {VAL_MAP} (the MLPerf 'FILE LABEL' list)")
+        entries = read_val_map(root)
+        missing = [f for f, _ in entries[:50] if not (root / f).is_file()]
+        if missing:
+            raise AppError(f"apps.ic.dataset.path {root}: images listed in {VAL_MAP} are missing: {missing[:5]}")
+        return {"count": len(entries), "format": "JPEG"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.entries = read_val_map(self.data_root)
+        limit = self.settings["dataset"].get("count")
+        if self.dataset_info["source"] == "real" and limit:
+            self.entries = self.entries[:limit]
+
+    def sample_count(self) -> int:
+        return len(self.entries)
+
+    def load_model(self) -> None:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(self.threads.intra_op)
+        tf.config.threading.set_inter_op_parallelism_threads(self.threads.inter_op)
+        gpus = tf.config.list_physical_devices("GPU")
+        if self.processor == "GPU" and not gpus:
+            raise AppError("scenario asks for GPU but TensorFlow sees no GPU device")
+        self.device = "/GPU:0" if self.processor == "GPU" else "/CPU:0"
+        tf.keras.utils.set_random_seed(int(self.settings.get("seed", 0)))
+        self.weights_path = checked_weights(self.settings)
+        with tf.device(self.device):
+            self.model = tf.keras.applications.ResNet50(weights=None, classes=NUM_CLASSES)
+            if self.weights_path is not None:
+                self.model.load_weights(str(self.weights_path))
+        spec = tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32)
+        self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[spec])
+        self._forward(tf.zeros([1, IMAGE_SIZE, IMAGE_SIZE, 3]))  # trace once, outside the timed runs
+
+    def preprocess(self, index: int) -> np.ndarray:
+        return preprocess_image(self.data_root / self.entries[index][0])
+
+    def infer(self, batch: list[np.ndarray]) -> np.ndarray:
+        import tensorflow as tf
+
+        with tf.device(self.device):
+            return np.asarray(self._forward(tf.constant(np.stack(batch))))
+
+    def begin_repetition(self, out_dir: Path) -> None:
+        super().begin_repetition(out_dir)
+        self.predictions = open(self.out_dir / "predictions.txt", "w")  # noqa: SIM115 - closed in end_repetition
+        self.top1_hits = 0
+        self.top5_hits = 0
+        self.seen = 0
+
+    def postprocess(self, indices: list[int], outputs: np.ndarray) -> list[bytes]:
+        top5 = np.argsort(-outputs, axis=1)[:, :5]
+        answers = []
+        lines = []
+        for index, best in zip(indices, top5, strict=True):
+            name, label = self.entries[index]
+            self.top1_hits += int(best[0] == label)
+            self.top5_hits += int(label in best)
+            self.seen += 1
+            lines.append(f"{name} {' '.join(str(int(c)) for c in best)}\n")
+            answers.append(np.int32(best[0]).tobytes())
+        self.predictions.writelines(lines)
+        return answers
+
+    def end_repetition(self) -> dict[str, Any]:
+        self.predictions.close()
+        seen = max(self.seen, 1)
+        return {"top1": self.top1_hits / seen, "top5": self.top5_hits / seen, "scored": self.seen}
+
+    def framework_versions(self) -> dict[str, str]:
+        import tensorflow as tf
+
+        return {"tensorflow": tf.__version__, "keras": tf.keras.__version__ if hasattr(tf.keras, "__version__") else ""}

@@ -1,0 +1,197 @@
+"""Create, join and remove CPU cgroups on cgroup v1 or v2, and read the quota a process lives under.
+
+Bare metal uses the same kernel mechanisms Docker uses (CFS quota for ``--cpus``, cpusets for
+``--cpuset-cpus``), so BM and CN scenarios differ only in the platform, not in how cores are limited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+CFS_PERIOD_US = 100_000
+
+
+class CgroupError(RuntimeError):
+    pass
+
+
+def _v2_root() -> Path | None:
+    if (ROOT / "cgroup.controllers").exists():
+        return ROOT
+    return None
+
+
+def _v1_dir(controller: str) -> Path | None:
+    for candidate in (ROOT / controller, ROOT / "cpu,cpuacct"):
+        if controller == "cpu" and (candidate / "cpu.cfs_quota_us").exists():
+            return candidate
+        if controller == "cpuset" and (candidate / "cpuset.cpus").exists():
+            return candidate
+    return None
+
+
+def version() -> int | None:
+    """2 on a pure cgroup v2 host, 1 where the CPU controllers are on v1 (including hybrid hosts)."""
+    if _v2_root() is not None:
+        return 2
+    if _v1_dir("cpu") is not None:
+        return 1
+    return None
+
+
+@dataclass
+class Cgroup:
+    """A cgroup this process created; ``remove()`` kills what is left in it and deletes it."""
+
+    dirs: list[Path] = field(default_factory=list)
+
+    def attach(self, pid: int) -> None:
+        for directory in self.dirs:
+            (directory / "cgroup.procs").write_text(f"{pid}\n")
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for directory in self.dirs:
+            with contextlib.suppress(OSError):
+                found |= {int(p) for p in (directory / "cgroup.procs").read_text().split()}
+        return found
+
+    def remove(self, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        errors = []
+        for directory in reversed(self.dirs):
+            last: OSError | None = None
+            for _ in range(50):
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:  # EBUSY while the last task exits
+                    last = exc
+                    time.sleep(0.1)
+            else:
+                errors.append(f"{directory}: {last}")
+        self.dirs.clear()
+        if errors:
+            raise CgroupError("could not remove cgroup(s): " + "; ".join(errors))
+
+
+def _cpulist(cpus: list[int] | tuple[int, ...]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...] | None = None) -> Cgroup:
+    """Create cgroup ``name`` limited by a CFS quota of ``quota_cores`` and/or the cpuset ``cpus``."""
+    group = Cgroup()
+    try:
+        root = _v2_root()
+        if root is not None:
+            controllers = (root / "cgroup.controllers").read_text().split()
+            wanted = [c for c, on in (("cpu", quota_cores is not None), ("cpuset", cpus is not None)) if on]
+            missing = [c for c in wanted if c not in controllers]
+            if missing:
+                raise CgroupError(f"cgroup v2 at {root} lacks controller(s) {missing}")
+            enabled = (root / "cgroup.subtree_control").read_text().split()
+            for controller in wanted:
+                if controller not in enabled:
+                    (root / "cgroup.subtree_control").write_text(f"+{controller}\n")
+            directory = root / name
+            directory.mkdir()
+            group.dirs.append(directory)
+            if cpus is not None:
+                (directory / "cpuset.cpus").write_text(_cpulist(cpus))
+            if quota_cores is not None:
+                quota = math.ceil(quota_cores * CFS_PERIOD_US)
+                (directory / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}\n")
+            return group
+        if quota_cores is not None:
+            base = _v1_dir("cpu")
+            if base is None:
+                raise CgroupError("no cgroup v1 cpu controller mounted under /sys/fs/cgroup")
+            directory = base / name
+            directory.mkdir()
+            group.dirs.append(directory)
+            (directory / "cpu.cfs_period_us").write_text(f"{CFS_PERIOD_US}\n")
+            (directory / "cpu.cfs_quota_us").write_text(f"{math.ceil(quota_cores * CFS_PERIOD_US)}\n")
+        if cpus is not None:
+            base = _v1_dir("cpuset")
+            if base is None:
+                raise CgroupError("no cgroup v1 cpuset controller mounted under /sys/fs/cgroup")
+            directory = base / name
+            directory.mkdir()
+            group.dirs.append(directory)
+            (directory / "cpuset.mems").write_text((base / "cpuset.mems").read_text())
+            (directory / "cpuset.cpus").write_text(_cpulist(cpus))
+        return group
+    except BaseException:
+        group.remove()
+        raise
+
+
+def _own_path(controller: str | None) -> str:
+    """This process's cgroup path for a v1 controller, or the v2 path when ``controller`` is None."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller is None and names == "":
+            return path
+        if controller is not None and controller in names.split(","):
+            return path
+    return "/"
+
+
+def own_cgroup_paths() -> dict[str, str]:
+    paths = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        paths[names or "unified"] = path
+    return paths
+
+
+def _walk_up(mount: Path, rel: str) -> list[Path]:
+    """Directories from this process's cgroup up to the mount root.
+
+    Inside a container the recorded path may not exist under the (namespaced) mount: then the
+    mount root itself is the container's cgroup."""
+    start = mount / rel.lstrip("/")
+    if not start.exists():
+        start = mount
+    chain = [start]
+    while chain[-1] != mount and mount in chain[-1].parents:
+        chain.append(chain[-1].parent)
+    return chain
+
+
+def effective_quota_cores() -> float | None:
+    """The tightest CFS quota (in cores) over this process's cgroup and its ancestors; None if unlimited."""
+    quotas: list[float] = []
+    root = _v2_root()
+    if root is not None:
+        for directory in _walk_up(root, _own_path(None)):
+            with contextlib.suppress(OSError):
+                quota, period = (directory / "cpu.max").read_text().split()
+                if quota != "max":
+                    quotas.append(int(quota) / int(period))
+    else:
+        base = _v1_dir("cpu")
+        if base is None:
+            return None
+        for directory in _walk_up(base, _own_path("cpu")):
+            with contextlib.suppress(OSError, ValueError):
+                quota_us = int((directory / "cpu.cfs_quota_us").read_text())
+                period_us = int((directory / "cpu.cfs_period_us").read_text())
+                if quota_us > 0:
+                    quotas.append(quota_us / period_us)
+    return min(quotas) if quotas else None

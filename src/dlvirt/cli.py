@@ -1,0 +1,82 @@
+"""Command line used by the workflow's rules: each rule is one ``python -m dlvirt <command>`` call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _cmd_host(args: argparse.Namespace) -> int:
+    from dlvirt.hostinfo import write_facts
+
+    write_facts(Path(args.output))
+    return 0
+
+
+def _cmd_dataset(args: argparse.Namespace) -> int:
+    from dlvirt.apps import app_class
+
+    app_class(args.app).prepare_dataset(Path(args.output_dir), json.loads(args.settings))
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from dlvirt.runner import run_job
+
+    result = run_job(json.loads(args.spec), Path(args.output), Path(args.loadgen_dir))
+    times = ", ".join(f"{r['e2e_s']:.3f}" for r in result["runs"])
+    print(f"{result['scenario_name']} {result['app']}: E2E seconds per repetition: {times}")
+    return 0
+
+
+def _cmd_aggregate(args: argparse.Namespace) -> int:
+    from dlvirt.aggregate import write_summary
+
+    write_summary([Path(p) for p in args.inputs], Path(args.output))
+    return 0
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from dlvirt.cleanup import remove_stale
+
+    for line in remove_stale():
+        print(line)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dlvirt", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("host", help="write the host facts JSON")
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cmd_host)
+
+    p = sub.add_parser("dataset", help="generate or register an app's dataset")
+    p.add_argument("--app", required=True)
+    p.add_argument("--settings", required=True, help="the app's settings as JSON")
+    p.add_argument("--output-dir", required=True)
+    p.set_defaults(func=_cmd_dataset)
+
+    p = sub.add_parser("bench", help="run one benchmark job (all repetitions of one scenario)")
+    p.add_argument("--spec", required=True, help="job spec as JSON")
+    p.add_argument("--output", required=True)
+    p.add_argument("--loadgen-dir", required=True)
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("aggregate", help="summarise run files into a CSV")
+    p.add_argument("--output", required=True)
+    p.add_argument("inputs", nargs="*")
+    p.set_defaults(func=_cmd_aggregate)
+
+    p = sub.add_parser("cleanup", help="remove cgroups/containers/VMs left by a killed run")
+    p.set_defaults(func=_cmd_cleanup)
+
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""What this host is and can do.
+
+``capabilities()`` is cheap (no framework imports) because the Snakefile calls it while building
+the DAG; ``facts()`` adds the slow parts (framework versions) for ``results/host.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dlvirt import cgroups
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    cpus: tuple[int, ...]
+    gpus: tuple[str, ...]
+    kvm_device: bool
+    hw_virt: bool
+    docker: bool
+    qemu: bool
+    libvirt: bool
+    firecracker: bool
+    cgroup_version: int | None
+    arch: str = field(default_factory=platform.machine)
+
+    @property
+    def cores(self) -> int:
+        return len(self.cpus)
+
+    @property
+    def kvm(self) -> bool:
+        """KVM usable for ordinary guests: the device and hardware virtualisation (vmx/svm).
+
+        A /dev/kvm without vmx/svm (a nested paging hypervisor such as kvm_pvm) only boots
+        specially built guest kernels, so it does not count."""
+        return self.kvm_device and self.hw_virt
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cores"] = self.cores
+        data["kvm"] = self.kvm
+        return data
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _gpus() -> tuple[str, ...]:
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(line.strip() for line in out.stdout.splitlines() if line.startswith("GPU"))
+
+
+def _has(*binaries: str) -> bool:
+    extra = os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/usr/local/bin"])
+    path = os.environ.get("PATH", "") + os.pathsep + extra
+    return any(shutil.which(b, path=path) for b in binaries)
+
+
+def capabilities() -> Capabilities:
+    flags = _cpu_flags()
+    return Capabilities(
+        cpus=tuple(sorted(os.sched_getaffinity(0))),
+        gpus=_gpus(),
+        kvm_device=os.path.exists("/dev/kvm"),
+        hw_virt=bool({"vmx", "svm"} & flags),
+        docker=_has("dockerd", "docker"),
+        qemu=_has("qemu-system-x86_64", "qemu-system-aarch64"),
+        libvirt=_has("libvirtd"),
+        firecracker=_has("firecracker"),
+        cgroup_version=cgroups.version(),
+    )
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _numa_nodes() -> dict[str, str]:
+    nodes: dict[str, str] = {}
+    base = Path("/sys/devices/system/node")
+    for node in sorted(base.glob("node[0-9]*")):
+        try:
+            nodes[node.name] = (node / "cpulist").read_text().strip()
+        except OSError:
+            continue
+    return nodes
+
+
+def _sockets() -> int:
+    ids = set()
+    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
+        try:
+            ids.add(path.read_text().strip())
+        except OSError:
+            continue
+    return len(ids) or 1
+
+
+def _memory_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def package_versions(names: tuple[str, ...] = ("tensorflow-cpu", "tensorflow", "torch", "mlcommons-loadgen",
+                                               "numpy", "transformers", "snakemake", "docker")) -> dict[str, str]:
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _tool_version(cmd: list[str]) -> str | None:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text else None
+
+
+def facts() -> dict[str, Any]:
+    caps = capabilities()
+    uname = platform.uname()
+    return {
+        "hostname": uname.node,
+        "cpu_model": _cpu_model(),
+        "logical_cpus_online": os.cpu_count(),
+        "sockets": _sockets(),
+        "numa_nodes": _numa_nodes(),
+        "memory_bytes": _memory_bytes(),
+        "kernel": uname.release,
+        "os": _os_release(),
+        "in_container": os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"),
+        "capabilities": caps.to_dict(),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "tools": {
+            "docker": _tool_version(["docker", "--version"]),
+            "qemu": _tool_version(["qemu-system-x86_64", "--version"]),
+            "libvirtd": _tool_version(["libvirtd", "--version"]),
+            "firecracker": _tool_version(["firecracker", "--version"]),
+        },
+    }
+
+
+def _os_release() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def write_facts(path: Path) -> None:
+    from dlvirt.atomic import write_json_atomic
+
+    write_json_atomic(path, facts())
+
+
+def load_capabilities(data: dict[str, Any]) -> Capabilities:
+    caps = dict(data)
+    caps.pop("cores", None)
+    caps.pop("kvm", None)
+    caps["cpus"] = tuple(caps["cpus"])
+    caps["gpus"] = tuple(caps["gpus"])
+    return Capabilities(**caps)
+
+
+if __name__ == "__main__":  # pragma: no cover - manual inspection
+    print(json.dumps(facts(), indent=2))

@@ -1,0 +1,118 @@
+"""Expand a validated config into the scenarios this host will run, and those it leaves out and why.
+
+Two kinds of problems are told apart:
+- a config that can never make sense (MVM with PIN or GPU, an unknown app) is a ``ConfigError``
+  naming the key;
+- a scenario this host cannot run (no GPU, too few cores, no KVM) is *left out* with a reason, or
+  is an error under ``strict: true``. With ``host_check: false`` the matrix is taken as declared
+  (planning for another machine, e.g. a cluster's compute nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlvirt.hostinfo import Capabilities
+from dlvirt.scenario import Scenario
+
+
+class ConfigError(ValueError):
+    """The config asks for something that cannot make sense; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark job: every repetition of one tool × app × scenario."""
+
+    tool: str
+    app: str
+    scenario: Scenario
+
+    @property
+    def wildcards(self) -> dict[str, str]:
+        s = self.scenario
+        return {"tool": self.tool, "app": self.app, "platform": s.platform, "cores": str(s.cores),
+                "pinning": s.pinning, "processor": s.processor}
+
+
+@dataclass
+class Plan:
+    jobs: list[Job] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+
+    def scenarios(self) -> list[Scenario]:
+        return sorted({job.scenario for job in self.jobs})
+
+
+def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) -> list[int]:
+    levels: list[int] = []
+    for i, level in enumerate(block["cores"]):
+        if level == "all":
+            if caps is None:
+                raise ConfigError(f"{where}.cores[{i}]: 'all' needs the host check (host_check: true)")
+            levels.append(caps.cores)
+        else:
+            levels.append(int(level))
+    return sorted(set(levels))
+
+
+def _check_block(block: dict[str, Any], where: str) -> None:
+    from dlvirt.platforms import implemented, platform_class
+
+    for platform in block["platforms"]:
+        if platform not in implemented():
+            continue
+        cls = platform_class(platform)
+        if not cls.supports_pinning and "PIN" in block["pinning"]:
+            raise ConfigError(
+                f"{where}.pinning: {platform} cannot pin vCPUs ({cls.why_no_pinning}); "
+                f"give {platform} its own matrix block with pinning: [VNL]")
+        if not cls.supports_gpu and "GPU" in block["processors"]:
+            raise ConfigError(
+                f"{where}.processors: {platform} has no GPU support ({cls.why_no_gpu}); "
+                f"give {platform} its own matrix block with processors: [CPU]")
+
+
+def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
+    """All jobs of the study. ``caps`` None means no host check: take the matrix as declared."""
+    from dlvirt.apps import app_class
+    from dlvirt.platforms import implemented, platform_class
+
+    study = config["study"]
+    plan = Plan()
+    for app in study["apps"]:
+        if app not in config["apps"]:
+            raise ConfigError(f"study.apps: no settings for app {app!r} under apps:")
+        app_class(app)  # raises ConfigError for an unknown app
+    seen: set[Scenario] = set()
+    for b, block in enumerate(study["matrix"]):
+        where = f"study.matrix[{b}]"
+        _check_block(block, where)
+        for platform in block["platforms"]:
+            for cores in _cores_levels(block, where, caps):
+                for pinning in block["pinning"]:
+                    for processor in block["processors"]:
+                        scenario = Scenario(platform, cores, pinning, processor)
+                        if scenario in seen:
+                            continue
+                        seen.add(scenario)
+                        why = None
+                        if platform not in implemented():
+                            why = f"platform {platform} is not implemented in this version of dlvirt"
+                        elif caps is not None:
+                            why = platform_class(platform).unavailable_reason(scenario, caps, config)
+                        if why:
+                            plan.left_out.append((scenario.name, why))
+                            continue
+                        for tool in study["tools"]:
+                            for app in study["apps"]:
+                                app_why = app_class(app).unsupported_reason(scenario, tool)
+                                if app_why:
+                                    plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))
+                                    continue
+                                plan.jobs.append(Job(tool, app, scenario))
+    if config.get("strict") and plan.left_out:
+        lines = "\n".join(f"  {what}: {why}" for what, why in plan.left_out)
+        raise ConfigError(f"strict: true and {len(plan.left_out)} scenario(s) cannot run on this host:\n{lines}")
+    return plan

@@ -1,0 +1,84 @@
+"""What a process sees of the machine it runs on, recorded from inside every platform.
+
+This is the evidence that a scenario got what it asked for: the harness records it per run and the
+host compares it with the platform's expectation (``platforms.base.verify``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from dlvirt import cgroups
+
+
+def _detect(flag: str) -> str | None:
+    if shutil.which("systemd-detect-virt") is None:
+        return None
+    out = subprocess.run(["systemd-detect-virt", flag], capture_output=True, text=True, check=False)
+    return out.stdout.strip() or None
+
+
+def container_type() -> str:
+    found = _detect("--container")
+    if found is not None:
+        return found
+    if os.path.exists("/.dockerenv"):
+        return "docker"
+    if os.path.exists("/run/.containerenv"):
+        return "podman"
+    return "none"
+
+
+def _dmi(name: str) -> str:
+    try:
+        return Path(f"/sys/class/dmi/id/{name}").read_text().strip()
+    except OSError:
+        return ""
+
+
+def vm_type() -> str:
+    """'none' on bare metal; otherwise the hypervisor as systemd-detect-virt names it where possible."""
+    found = _detect("--vm")
+    if found is not None:
+        return found
+    flags = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = line
+            break
+    if " hypervisor" not in flags:
+        return "none"
+    vendor = (_dmi("sys_vendor") + " " + _dmi("product_name")).lower()
+    if "qemu" in vendor:
+        return "qemu"
+    if "firecracker" in vendor:
+        return "firecracker"
+    return vendor.strip() or "hypervisor"
+
+
+def virtualization() -> dict[str, str]:
+    return {"container": container_type(), "vm": vm_type()}
+
+
+def observe() -> dict[str, Any]:
+    affinity = sorted(os.sched_getaffinity(0))
+    return {
+        "affinity": affinity,
+        "nproc": len(affinity),
+        "cpu_count": os.cpu_count(),
+        "quota_cores": cgroups.effective_quota_cores(),
+        "cgroup": cgroups.own_cgroup_paths(),
+        "virtualization": virtualization(),
+        "kernel": platform.release(),
+        "hostname": platform.node(),
+        "arch": platform.machine(),
+    }
+
+
+def process_threads() -> int:
+    return len(os.listdir("/proc/self/task"))

@@ -1,0 +1,101 @@
+"""Bare metal (BM): the harness as a plain host process.
+
+``BM/N/PIN`` sets the harness's CPU affinity to N host cores (sched_setaffinity, what a cpuset does
+for one process). ``BM/N/VNL`` leaves every host core visible but puts the harness in a cgroup
+with a CFS quota of N cores: the mechanism behind Docker's ``--cpus``, so BM and CN are comparable.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlvirt import cgroups, observe
+from dlvirt.atomic import read_json, write_json_atomic
+from dlvirt.hostinfo import Capabilities
+from dlvirt.platforms.base import Expected, Platform, PlatformError
+from dlvirt.scenario import Scenario
+
+
+def harness_command(job_path: Path, out_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "dlvirt.harness", str(job_path), str(out_dir)]
+
+
+def run_harness_process(cmd: list[str], env: dict[str, str], timeout_s: float,
+                        preexec: Any = None) -> None:
+    """Run the harness to completion; kill it at the timeout. Output goes to our stdout/stderr (the job log)."""
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=preexec)  # noqa: S603 - our own interpreter
+    try:
+        returncode = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise PlatformError(f"harness exceeded the {timeout_s:.0f} s timeout and was killed") from None
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if returncode != 0:
+        raise PlatformError(f"harness exited with status {returncode} (see the log above)")
+
+
+class BareMetal(Platform):
+    name = "BM"
+
+    @classmethod
+    def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
+        why = super().unavailable_reason(scenario, caps, config)
+        if why is None and not scenario.pinned and caps.cgroup_version is None:
+            return "no cgroup CPU controller to set a CFS quota for VNL"
+        return why
+
+    def provision(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))
+        self.host_quota = cgroups.effective_quota_cores()
+        self.host_virt = observe.virtualization()
+        self.cgroup: cgroups.Cgroup | None = None
+        self.cpus: tuple[int, ...] = self.host_cpus
+        if self.scenario.pinned:
+            self.cpus = self.pinned_cpus(self.host_cpus, self.scenario.cores)
+        else:
+            self.cgroup = cgroups.create(f"dlvirt-{self.run_id}", quota_cores=float(self.scenario.cores))
+
+    def _preexec(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.attach(os.getpid())
+        os.sched_setaffinity(0, self.cpus)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.scenario.processor == "CPU":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        job_path = self.workdir / "job.json"
+        out_dir = self.workdir / "out"
+        write_json_atomic(job_path, job)
+        run_harness_process(harness_command(job_path, out_dir), self.environment(), timeout_s, self._preexec)
+        return read_json(out_dir / "harness.json")
+
+    def expected(self) -> Expected:
+        quota = self.host_quota
+        if not self.scenario.pinned:
+            quota = float(self.scenario.cores) if quota is None else min(quota, float(self.scenario.cores))
+        return Expected(affinity=self.cpus, nproc=len(self.cpus), quota_cores=quota,
+                        container=self.host_virt["container"], vm=self.host_virt["vm"])
+
+    def teardown(self) -> None:
+        group = getattr(self, "cgroup", None)
+        if group is not None:
+            group.remove()
+            self.cgroup = None
+
+    def describe(self) -> dict[str, Any]:
+        mechanism = "sched_setaffinity" if self.scenario.pinned else f"cgroup v{cgroups.version()} CFS quota"
+        return {"platform": self.name, "engine": "host process", "cpu_mechanism": mechanism,
+                "accel": "none", "cpus": list(self.cpus)}
