@@ -38,6 +38,13 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_concat(args: argparse.Namespace) -> int:
+    from dlvirt.aggregate import concat_summaries
+
+    concat_summaries([Path(p) for p in args.inputs], Path(args.output))
+    return 0
+
+
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from dlvirt.cleanup import remove_stale
 
@@ -70,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True)
     p.add_argument("inputs", nargs="*")
     p.set_defaults(func=_cmd_aggregate)
+
+    p = sub.add_parser("concat", help="concatenate summary CSVs")
+    p.add_argument("--output", required=True)
+    p.add_argument("inputs", nargs="*")
+    p.set_defaults(func=_cmd_concat)
 
     p = sub.add_parser("cleanup", help="remove cgroups/containers/VMs left by a killed run")
     p.set_defaults(func=_cmd_cleanup)

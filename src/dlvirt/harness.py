@@ -170,7 +170,7 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
     settings.scenario = lg.TestScenario.Offline
     settings.mode = lg.TestMode.PerformanceOnly
     settings.min_duration_ms = int(settings_cfg["min_duration_ms"])
-    settings.min_query_count = int(settings_cfg["min_query_count"])
+    settings.min_query_count = int(settings_cfg.get("min_query_count") or total)
     settings.offline_expected_qps = float(settings_cfg["expected_qps"])
     settings.performance_sample_count_override = perf_count
     log_out = lg.LogOutputSettings()
@@ -237,15 +237,21 @@ def main(argv: list[str] | None = None) -> int:
     load_start = time.perf_counter()
     app.load_model()
     load_s = time.perf_counter() - load_start
-    runs = []
-    for rep in range(int(job["repetitions"])):
+    # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
+    # never counted in the statistics.
+    warmups, runs = [], []
+    n_warmup = int(job["warmup_repetitions"])
+    for rep in range(n_warmup + int(job["repetitions"])):
+        is_warmup = rep < n_warmup
         record = run_repetition(app, job, rep, out_dir)
-        print(f"[harness] {job['app']} {job['scenario_name']} rep {rep}: E2E {record['e2e_s']:.3f} s, "
-              f"{record['samples']} samples", flush=True)
-        runs.append(record)
+        record["warmup"] = is_warmup
+        print(f"[harness] {job['app']} {job['scenario_name']} {'warm-up' if is_warmup else 'rep'} {rep}: "
+              f"E2E {record['e2e_s']:.3f} s, {record['samples']} samples", flush=True)
+        (warmups if is_warmup else runs).append(record)
     write_json_atomic(out_dir / "harness.json", {
         "app": job["app"],
         "runs": runs,
+        "warmups": warmups,
         "model_load_s": load_s,
         "dataset": app.dataset_info,
         "model": app.model_provenance(),

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlvirt.hostinfo import Capabilities
-from dlvirt.scenario import Scenario
+from dlvirt.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
+
+
+# Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
+IMPLEMENTED_TOOLS = ("mlperf",)
 
 
 class ConfigError(ValueError):
@@ -58,33 +62,39 @@ def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) 
 
 
 def _check_block(block: dict[str, Any], where: str) -> None:
-    from dlvirt.platforms import implemented, platform_class
-
     for platform in block["platforms"]:
-        if platform not in implemented():
-            continue
-        cls = platform_class(platform)
-        if not cls.supports_pinning and "PIN" in block["pinning"]:
+        if platform in CANNOT_PIN and "PIN" in block["pinning"]:
             raise ConfigError(
-                f"{where}.pinning: {platform} cannot pin vCPUs ({cls.why_no_pinning}); "
+                f"{where}.pinning: {platform} cannot be pinned ({CANNOT_PIN[platform]}); "
                 f"give {platform} its own matrix block with pinning: [VNL]")
-        if not cls.supports_gpu and "GPU" in block["processors"]:
+        if platform in CANNOT_USE_GPU and "GPU" in block["processors"]:
             raise ConfigError(
-                f"{where}.processors: {platform} has no GPU support ({cls.why_no_gpu}); "
+                f"{where}.processors: {platform} cannot use a GPU ({CANNOT_USE_GPU[platform]}); "
                 f"give {platform} its own matrix block with processors: [CPU]")
 
 
 def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
     """All jobs of the study. ``caps`` None means no host check: take the matrix as declared."""
     from dlvirt.apps import app_class
+    from dlvirt.apps import implemented as implemented_apps
     from dlvirt.platforms import implemented, platform_class
 
     study = config["study"]
     plan = Plan()
+    apps = []
     for app in study["apps"]:
+        if app not in implemented_apps():
+            plan.left_out.append((f"app {app} (every scenario)", "not implemented in this version of dlvirt"))
+            continue
         if app not in config["apps"]:
             raise ConfigError(f"study.apps: no settings for app {app!r} under apps:")
-        app_class(app)  # raises ConfigError for an unknown app
+        apps.append(app)
+    tools = []
+    for tool in study["tools"]:
+        if tool not in IMPLEMENTED_TOOLS:
+            plan.left_out.append((f"tool {tool} (every scenario)", "not implemented in this version of dlvirt"))
+        else:
+            tools.append(tool)
     seen: set[Scenario] = set()
     for b, block in enumerate(study["matrix"]):
         where = f"study.matrix[{b}]"
@@ -105,8 +115,8 @@ def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
                         if why:
                             plan.left_out.append((scenario.name, why))
                             continue
-                        for tool in study["tools"]:
-                            for app in study["apps"]:
+                        for tool in tools:
+                            for app in apps:
                                 app_why = app_class(app).unsupported_reason(scenario, tool)
                                 if app_why:
                                     plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))

@@ -39,7 +39,8 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
     output.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f".work-{run_id}-", dir=output.parent))
     job = {
-        **{k: spec[k] for k in ("tool", "app", "repetitions", "threads", "batch_size", "loadgen", "app_settings")},
+        **{k: spec[k] for k in ("tool", "app", "repetitions", "warmup_repetitions", "threads", "batch_size",
+                                 "loadgen", "app_settings")},
         "scenario": scenario.to_dict(),
         "scenario_name": scenario.name,
         "dataset_dir": str(Path(spec["dataset_dir"]).resolve()),
@@ -51,7 +52,7 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
             harness = platform.run(job, timeout_s=float(spec["timeout_s"]))
             expected = platform.expected()
             described = platform.describe()
-        problems = {r["repetition"]: verify(expected, r["observed"]) for r in harness["runs"]}
+        problems = {r["repetition"]: verify(expected, r["observed"]) for r in harness["warmups"] + harness["runs"]}
         problems = {rep: p for rep, p in problems.items() if p}
         if problems:
             lines = "; ".join(f"rep {rep}: {', '.join(p)}" for rep, p in problems.items())
@@ -69,7 +70,7 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
             "host": socket.gethostname(),
             "run_id": run_id,
             "spec": spec,
-            **{k: harness[k] for k in ("runs", "dataset", "model", "versions", "model_load_s")},
+            **{k: harness[k] for k in ("runs", "warmups", "dataset", "model", "versions", "model_load_s")},
         }
         if loadgen_dir.exists():
             shutil.rmtree(loadgen_dir)

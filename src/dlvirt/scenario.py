@@ -9,6 +9,10 @@ PLATFORMS = ("BM", "CN", "VM", "MVM", "VMCN")
 PINNINGS = ("VNL", "PIN")
 PROCESSORS = ("CPU", "GPU")
 
+# What a platform can never do, whatever the host (paper §III: MVM is evaluated VNL/CPU only).
+CANNOT_PIN = {"MVM": "Firecracker (and QEMU's microvm machine) offer no vCPU pinning"}
+CANNOT_USE_GPU = {"MVM": "Firecracker (and QEMU's microvm machine) have no PCI passthrough"}
+
 
 @dataclass(frozen=True, order=True)
 class Scenario:

@@ -63,10 +63,6 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
 
 class Platform(ABC):
     name: ClassVar[str]
-    supports_pinning: ClassVar[bool] = True
-    why_no_pinning: ClassVar[str] = ""
-    supports_gpu: ClassVar[bool] = True
-    why_no_gpu: ClassVar[str] = ""
 
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
         self.scenario = scenario

@@ -1,0 +1,22 @@
+# dlvirt: how the execution platform (BM, VM, MVM, CN, VMCN) changes the end-to-end inference time
+# of deep-learning applications. Stages live in workflow/rules/; logic lives in src/dlvirt/.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/host.smk"
+include: "workflow/rules/datasets.smk"
+include: "workflow/rules/benchmark.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

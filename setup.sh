@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One setup script for a fresh Debian 12 machine (root or sudo), idempotent:
+#   ./setup.sh install    install system packages and the Python stack (.venv)
+#   ./setup.sh study ...  install, then run the study: snakemake --cores 1 all [extra args]
+#   ./setup.sh test ...   install, then run the test suite [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+
+# Debian packages the workflow and its tests use; engines are started by the project itself.
+APT_PACKAGES=(
+  python3 python3-venv python3-dev build-essential pkg-config
+  e2fsprogs util-linux procps
+)
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+install_system() {
+  local missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  fi
+}
+
+install_python() {
+  local py=${PYTHON:-python3}
+  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  local stamp=.venv/.dlvirt-requirements.sha256
+  local want
+  want=$(cat envs/requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    local extra=()
+    # torch 2.13.0+cpu: a local wheel where the machine has one, else PyTorch's CPU index.
+    if ! ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
+      extra=(--extra-index-url https://download.pytorch.org/whl/cpu)
+    fi
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q "${extra[@]}" -r envs/requirements.txt
+    .venv/bin/pip install -q --no-deps --no-build-isolation -e .
+    .venv/bin/python -m ipykernel install --sys-prefix >/dev/null
+    echo "$want" > "$stamp"
+  fi
+}
+
+cmd=${1:-install}
+[ $# -gt 0 ] && shift
+install_system
+install_python
+export PATH="$PWD/.venv/bin:$PATH"
+case "$cmd" in
+  install) echo "setup: done (activate with: . .venv/bin/activate)" ;;
+  study) exec snakemake --cores 1 all "$@" ;;
+  test) exec python -m pytest "$@" ;;
+  *) echo "usage: $0 [install|study|test] [args...]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,70 @@
+"""Turn per-job result files into summary tables (one row per tool × app × scenario)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dlvirt.atomic import read_json, write_text_atomic
+from dlvirt.stats import estimate
+
+KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor"]
+COLUMNS = KEY_COLUMNS + [
+    "scenario", "reps", "outliers", "mean_s", "ci95_s", "std_s", "pre_s", "infer_s", "post_s",
+    "samples", "samples_per_s", "loadgen_valid", "accel", "threads_policy", "threads",
+    "dataset_source", "weights", "host",
+]
+
+
+def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
+    runs = result["runs"]
+    est = estimate([r["e2e_s"] for r in runs])
+    scenario = result["scenario"]
+
+    def phase(name: str) -> float:
+        return float(np.mean([r["phases"][name] for r in runs]))
+
+    validity = {r.get("loadgen", {}).get("validity") for r in runs}
+    return {
+        "tool": result["tool"],
+        "app": result["app"],
+        **{k: scenario[k] for k in ("platform", "cores", "pinning", "processor")},
+        "scenario": result["scenario_name"],
+        "reps": est.n,
+        "outliers": est.outliers,
+        "mean_s": est.mean,
+        "ci95_s": est.ci95,
+        "std_s": est.std,
+        "pre_s": phase("pre_s"),
+        "infer_s": phase("infer_s"),
+        "post_s": phase("post_s"),
+        "samples": int(np.mean([r["samples"] for r in runs])),
+        "samples_per_s": float(np.mean([r["samples_per_s"] for r in runs])),
+        "loadgen_valid": validity == {"VALID"},
+        "accel": result["platform"].get("accel", "none"),
+        "threads_policy": runs[0]["threads"]["policy"],
+        "threads": runs[0]["threads"]["intra_op"],
+        "dataset_source": result["dataset"]["source"],
+        "weights": result["model"]["weights"],
+        "host": result["host"],
+    }
+
+
+def summarise(paths: list[Path]) -> pd.DataFrame:
+    rows = [summarise_result(read_json(p)) for p in paths]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return frame.sort_values(KEY_COLUMNS, ignore_index=True) if rows else frame
+
+
+def write_summary(paths: list[Path], output: Path) -> None:
+    write_text_atomic(output, summarise(paths).to_csv(index=False))
+
+
+def concat_summaries(paths: list[Path], output: Path) -> None:
+    frames = [pd.read_csv(p) for p in paths]
+    frames = [f for f in frames if not f.empty]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    write_text_atomic(output, frame.to_csv(index=False))

@@ -1,0 +1,73 @@
+"""Expanding the matrix against a described host (no host probing here: capabilities are given)."""
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO
+from dlvirt.hostinfo import Capabilities
+from dlvirt.matrix import ConfigError, expand
+
+
+def host(cores: int = 2, gpus: tuple[str, ...] = ()) -> Capabilities:
+    return Capabilities(cpus=tuple(range(cores)), gpus=gpus, kvm_device=False, hw_virt=False, docker=False,
+                        qemu=False, libvirt=False, firecracker=False, cgroup_version=1)
+
+
+def config(matrix, apps=("ic",), tools=("mlperf",), strict=False):
+    return {"strict": strict, "host_check": True, "allow_emulation": False,
+            "study": {"apps": list(apps), "tools": list(tools), "repetitions": 1, "matrix": matrix},
+            "apps": {"ic": {}}, "platforms": {}}
+
+
+def names(plan):
+    return sorted(job.scenario.name for job in plan.jobs)
+
+
+def test_cross_product_with_all_cores():
+    plan = expand(config([{"platforms": ["BM"], "cores": [1, "all"], "pinning": ["VNL", "PIN"],
+                           "processors": ["CPU"]}]), host(2))
+    assert names(plan) == ["BM/1/PIN/CPU", "BM/1/VNL/CPU", "BM/2/PIN/CPU", "BM/2/VNL/CPU"]
+    assert plan.left_out == []
+
+
+def test_host_lacks_left_out_with_reason_or_error_when_strict():
+    matrix = [{"platforms": ["BM"], "cores": [2, 64], "pinning": ["PIN"], "processors": ["CPU", "GPU"]}]
+    plan = expand(config(matrix), host(2))
+    assert names(plan) == ["BM/2/PIN/CPU"]
+    reasons = dict(plan.left_out)
+    assert "64 cores requested, host has 2" in reasons["BM/64/PIN/CPU"]
+    assert "no GPU" in reasons["BM/2/PIN/GPU"]
+    with pytest.raises(ConfigError, match="strict: true"):
+        expand(config(matrix, strict=True), host(2))
+
+
+def test_gpu_kept_when_host_has_one():
+    matrix = [{"platforms": ["BM"], "cores": [1], "pinning": ["VNL"], "processors": ["GPU"]}]
+    assert names(expand(config(matrix), host(2, gpus=("GPU 0: X",)))) == ["BM/1/VNL/GPU"]
+
+
+def test_no_host_check_takes_matrix_as_declared():
+    matrix = [{"platforms": ["BM"], "cores": [64], "pinning": ["PIN"], "processors": ["GPU"]}]
+    assert names(expand(config(matrix), None)) == ["BM/64/PIN/GPU"]
+    with pytest.raises(ConfigError, match=r"study.matrix\[0\].cores\[0\]: 'all'"):
+        expand(config([{"platforms": ["BM"], "cores": ["all"], "pinning": ["PIN"], "processors": ["CPU"]}]), None)
+
+
+def test_paper_matrix_without_host_check_is_the_full_matrix():
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg = copy.deepcopy(paper)
+    cfg.setdefault("platforms", {})
+    plan = expand(cfg, None)
+    # Every implemented platform x 6 levels x 2 pinnings x 2 processors appears for IC.
+    ic_bm = [j for j in plan.jobs if j.app == "ic" and j.scenario.platform == "BM" and j.tool == "mlperf"]
+    assert len(ic_bm) == 6 * 2 * 2
+
+
+@pytest.mark.parametrize("field,value,key", [("pinning", ["VNL", "PIN"], r"study.matrix\[0\].pinning"),
+                                             ("processors", ["CPU", "GPU"], r"study.matrix\[0\].processors")])
+def test_mvm_with_pin_or_gpu_is_a_config_error_naming_the_key(field, value, key):
+    block = {"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"], field: value}
+    with pytest.raises(ConfigError, match=key):
+        expand(config([block]), host(2))

@@ -1,0 +1,32 @@
+import math
+
+import pytest
+
+from dlvirt.stats import drop_outliers, estimate
+
+
+def test_outlier_beyond_three_sigma_is_removed_and_counted():
+    values = [1.0] * 30 + [1.1] * 30 + [50.0]
+    kept, removed = drop_outliers(values)
+    assert removed == 1
+    assert 50.0 not in kept
+    est = estimate(values)
+    assert est.outliers == 1 and est.n == 60
+    assert est.mean == pytest.approx(1.05)
+
+
+def test_student_t_interval_matches_textbook_value():
+    # n=4, mean 2.5, s = 1.29099; t(0.975, 3) = 3.18245 -> half-width 2.05431
+    est = estimate([1.0, 2.0, 3.0, 4.0])
+    assert est.mean == pytest.approx(2.5)
+    assert est.ci95 == pytest.approx(3.18245 * 1.290994 / 2, rel=1e-4)
+
+
+def test_single_value_has_no_interval():
+    est = estimate([3.0])
+    assert est.mean == 3.0 and math.isnan(est.ci95)
+
+
+def test_empty_is_an_error():
+    with pytest.raises(ValueError):
+        estimate([])

@@ -1,0 +1,25 @@
+# Per tool x app summaries (a figure needs only its own app's runs), then one summary.csv.
+rule summarise_app:
+    input:
+        lambda w: run_files(w.tool, w.app),
+    output:
+        SUMMARY_FILE,
+    log:
+        "results/logs/summary/{tool}/{app}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt aggregate --output {output} {input} > {log} 2>&1"
+
+
+rule summary:
+    input:
+        summary_files(),
+    output:
+        "results/summary.csv",
+    log:
+        "results/logs/summary/all.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt concat --output {output} {input} > {log} 2>&1"

@@ -1,0 +1,125 @@
+# Helpers shared by the rules: config validation, the study plan, paths and job specs.
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from dlvirt.apps import app_class  # noqa: E402
+from dlvirt.hostinfo import capabilities  # noqa: E402
+from dlvirt.matrix import ConfigError, expand as expand_plan  # noqa: E402
+
+# --config key=false arrives as a string; the schema wants booleans.
+for _key in ("strict", "host_check", "allow_emulation"):
+    if isinstance(config.get(_key), str) and config[_key].lower() in ("true", "false"):
+        config[_key] = config[_key].lower() == "true"
+
+validate(config, "../schemas/config.schema.yaml")
+
+try:
+    PLAN = expand_plan(config, capabilities() if config["host_check"] else None)
+except ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}") from None
+
+if workflow.is_main_process:
+    for what, why in PLAN.left_out:
+        print(f"dlvirt: left out {what}: {why}", file=sys.stderr)
+
+# Benchmark jobs never run concurrently: each takes the one unit of this resource.
+if "bench" not in workflow.global_resources:
+    workflow.register_resource("bench", 1)
+
+RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.json"
+LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}"
+SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
+
+# Figure id -> the per-app summaries its notebook reads (notebooks/<id>.ipynb draws it).
+FIGURES = {
+    "fig4a": {"summary": SUMMARY_FILE.format(tool="mlperf", app="ic")},
+}
+
+
+wildcard_constraints:
+    tool="mlperf|dlbs",
+    app="ic|sr|nlp|rs",
+    platform="BM|CN|VM|MVM|VMCN",
+    cores=r"\d+",
+    pinning="VNL|PIN",
+    processor="CPU|GPU",
+    fig="|".join(FIGURES),
+
+
+def quoted_json(data):
+    """A JSON document as one shell word."""
+    return shlex.quote(json.dumps(data, sort_keys=True))
+
+
+def run_files(tool, app):
+    return sorted(
+        RUN_FILE.format(**job.wildcards)
+        for job in PLAN.jobs
+        if job.tool == tool and job.app == app
+    )
+
+
+def summary_files():
+    return [
+        SUMMARY_FILE.format(tool=tool, app=app)
+        for tool in config["study"]["tools"]
+        for app in config["study"]["apps"]
+    ]
+
+
+def planned_job(wildcards):
+    for job in PLAN.jobs:
+        if job.wildcards == {k: wildcards[k] for k in job.wildcards}:
+            return job
+    raise WorkflowError(
+        "{tool} {app} {platform}/{cores}/{pinning}/{processor} is not in this study's plan "
+        "(see the 'left out' lines and study.matrix)".format(**wildcards)
+    )
+
+
+def job_spec(wildcards):
+    """Everything a benchmark job needs, as one JSON shell word. Being a param, a change to any
+    of it (app settings, repetitions, harness options) reruns exactly the jobs it concerns."""
+    job = planned_job(wildcards)
+    app = config["apps"][job.app]
+    return quoted_json(
+        {
+            "tool": job.tool,
+            "app": job.app,
+            "scenario": job.scenario.to_dict(),
+            "repetitions": config["study"]["repetitions"],
+            "warmup_repetitions": config["study"]["warmup_repetitions"],
+            "threads": config["harness"]["threads"],
+            "timeout_s": config["harness"]["timeout_s"],
+            "batch_size": app["batch_size"],
+            "loadgen": app["loadgen"],
+            "app_settings": app,
+            "dataset_dir": f"resources/datasets/{job.app}",
+            "platform_settings": config["platforms"].get(job.scenario.platform, {}),
+            "allow_emulation": config["allow_emulation"],
+        }
+    )
+
+
+def dataset_settings(wildcards):
+    return quoted_json(config["apps"][wildcards.app])
+
+
+def framework_env(wildcards):
+    """The conda env of the app's framework, for users who deploy with --sdm conda."""
+    return f"../../envs/{app_class(wildcards.app).framework}.yaml"
+
+
+def all_targets():
+    return [
+        "results/host.json",
+        "results/summary.csv",
+        *(f"results/figures/{fig}.png" for fig in FIGURES),
+    ]

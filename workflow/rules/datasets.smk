@@ -1,0 +1,14 @@
+# Synthetic inputs in the real file formats (offline default), or the user's real dataset
+# registered and checked when apps.<app>.dataset.path is set.
+rule dataset:
+    output:
+        directory("resources/datasets/{app}"),
+    params:
+        settings=dataset_settings,
+    log:
+        "results/logs/dataset/{app}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt dataset --app {wildcards.app} --settings {params.settings}"
+        " --output-dir {output} > {log} 2>&1"

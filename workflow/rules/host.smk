@@ -1,0 +1,9 @@
+rule host_facts:
+    output:
+        "results/host.json",
+    log:
+        "results/logs/host_facts.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt host --output {output} > {log} 2>&1"
