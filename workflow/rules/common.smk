@@ -109,7 +109,8 @@ def job_spec(wildcards):
 
 
 def dataset_settings(wildcards):
-    return quoted_json(config["apps"][wildcards.app])
+    """Only the dataset section: other app settings must not regenerate the inputs."""
+    return quoted_json({"dataset": config["apps"][wildcards.app]["dataset"]})
 
 
 def framework_env(wildcards):

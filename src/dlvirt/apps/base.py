@@ -138,6 +138,11 @@ class App(ABC):
     def postprocess(self, indices: list[int], outputs: Any) -> list[bytes]:
         """Turn model outputs into per-sample answers (the LoadGen response payload)."""
 
+    @abstractmethod
+    def synthetic_batch(self, batch_size: int) -> Any:
+        """A model-ready batch of random inputs of the real shapes, for model-only (DLBS-style)
+        timing: what ``infer`` accepts, already collated, with no pre-processing cost."""
+
     def begin_repetition(self, out_dir: Path) -> None:
         """Called before each repetition; ``out_dir`` receives its predictions."""
         self.out_dir = Path(out_dir)

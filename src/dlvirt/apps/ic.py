@@ -130,11 +130,16 @@ class ImageClassification(App):
     def preprocess(self, index: int) -> np.ndarray:
         return preprocess_image(self.data_root / self.entries[index][0])
 
-    def infer(self, batch: list[np.ndarray]) -> np.ndarray:
+    def infer(self, batch: list[np.ndarray] | np.ndarray) -> np.ndarray:
         import tensorflow as tf
 
+        stacked = batch if isinstance(batch, np.ndarray) else np.stack(batch)
         with tf.device(self.device):
-            return np.asarray(self._forward(tf.constant(np.stack(batch))))
+            return np.asarray(self._forward(tf.constant(stacked)))
+
+    def synthetic_batch(self, batch_size: int) -> np.ndarray:
+        rng = np.random.default_rng(0)
+        return rng.normal(0, 60, size=(batch_size, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
 
     def begin_repetition(self, out_dir: Path) -> None:
         super().begin_repetition(out_dir)
