@@ -1,0 +1,114 @@
+"""Bare metal really constrains the harness: affinity and CFS quota checked from inside real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dlvirt import cgroups
+from dlvirt.apps.ic import ImageClassification
+from dlvirt.cleanup import stale_cgroups
+from dlvirt.platforms.base import Expected, PlatformError, VerificationError, verify
+from dlvirt.runner import run_job
+
+CPUS = sorted(os.sched_getaffinity(0))
+IC_SETTINGS = {"batch_size": 4, "seed": 0, "dataset": {"path": None, "count": 4, "seed": 0},
+               "weights": {"path": None, "sha256": None},
+               "loadgen": {"min_query_count": 4, "min_duration_ms": 0, "expected_qps": 1,
+                           "performance_sample_count": None}}
+
+
+@pytest.fixture(scope="module")
+def ic_dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ic")
+    ImageClassification.prepare_dataset(out, IC_SETTINGS)
+    return out
+
+
+def spec(dataset: Path, cores: int, pinning: str, **extra) -> dict:
+    return {"tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
+            "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"], "app_settings": IC_SETTINGS,
+            "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
+            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra}
+
+
+def our_cgroups() -> list[Path]:
+    return [p for p in stale_cgroups() if p.name.startswith(f"dlvirt-{os.getpid()}-")]
+
+
+def test_vnl_one_core_is_a_quota_with_every_core_visible(ic_dataset, tmp_path):
+    if cgroups.version() is None:
+        pytest.skip("no cgroup CPU controller on this host")
+    result = run_job(spec(ic_dataset, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
+    observed = result["runs"][0]["observed"]
+    assert observed["quota_cores"] == pytest.approx(1.0)
+    assert observed["affinity"] == CPUS
+    assert result["runs"][0]["threads"]["intra_op"] == 1  # sized from the quota, not the visible cores
+    assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
+    assert our_cgroups() == []
+
+
+def test_pin_one_core_sees_exactly_that_core(ic_dataset, tmp_path):
+    result = run_job(spec(ic_dataset, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
+    observed = result["runs"][0]["observed"]
+    assert observed["affinity"] == CPUS[:1] and observed["nproc"] == 1
+    assert observed["quota_cores"] == result["expected"]["quota_cores"]
+    assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
+
+
+def test_naive_threads_follow_cpu_count_under_a_quota(ic_dataset, tmp_path):
+    if len(CPUS) < 2 or cgroups.version() is None:
+        pytest.skip("needs 2 cores and a cgroup CPU controller")
+    result = run_job(spec(ic_dataset, 1, "VNL", threads="naive"), tmp_path / "r.json", tmp_path / "lg")
+    assert result["runs"][0]["threads"]["intra_op"] == os.cpu_count()
+
+
+def test_failed_run_writes_no_result_and_removes_its_cgroup(ic_dataset, tmp_path):
+    if cgroups.version() is None:
+        pytest.skip("no cgroup CPU controller on this host")
+    broken = spec(ic_dataset, 1, "VNL")
+    broken["app_settings"] = {**IC_SETTINGS, "weights": {"path": str(tmp_path / "missing.h5"), "sha256": None}}
+    with pytest.raises(PlatformError):
+        run_job(broken, tmp_path / "r.json", tmp_path / "lg")
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "lg").exists()
+    assert our_cgroups() == []
+    assert not list(tmp_path.glob(".work-*"))
+
+
+def test_timeout_kills_the_harness_and_cleans_up(ic_dataset, tmp_path):
+    if cgroups.version() is None:
+        pytest.skip("no cgroup CPU controller on this host")
+    with pytest.raises(PlatformError, match="timeout"):
+        run_job(spec(ic_dataset, 1, "VNL", timeout_s=1), tmp_path / "r.json", tmp_path / "lg")
+    assert not (tmp_path / "r.json").exists()
+    assert our_cgroups() == []
+
+
+OBSERVED = {"affinity": [0, 1], "nproc": 2, "cpu_count": 2, "quota_cores": 1.0,
+            "virtualization": {"container": "none", "vm": "none"}}
+
+
+def test_verify_reports_every_mismatch():
+    assert verify(Expected(affinity=(0, 1), nproc=2, quota_cores=1.0, container="none", vm="none"), OBSERVED) == []
+    problems = verify(Expected(affinity=(0,), nproc=1, quota_cores=None, container="docker", vm="kvm"), OBSERVED)
+    assert len(problems) == 5
+    assert any("affinity [0, 1] != requested [0]" in p for p in problems)
+    assert any("CFS quota 1.0 cores != requested None" in p for p in problems)
+
+
+def test_observation_differing_from_the_request_fails_the_job(ic_dataset, tmp_path, monkeypatch):
+    """If the platform did not deliver (here: the expectation is made impossible), no result counts."""
+    from dlvirt.platforms.bm import BareMetal
+
+    real_expected = BareMetal.expected
+
+    def impossible(self):
+        return Expected(**{**vars(real_expected(self)), "nproc": 999})
+
+    monkeypatch.setattr(BareMetal, "expected", impossible)
+    with pytest.raises(VerificationError, match="nproc 1 != requested 999"):
+        run_job(spec(ic_dataset, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
+    assert not (tmp_path / "r.json").exists()
