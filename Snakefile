@@ -16,6 +16,11 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 
 
+onstart:
+    # Remove what a killed earlier run left (dlvirt-named, runner gone), never anything else.
+    shell("python -m dlvirt cleanup")
+
+
 rule all:
     default_target: True
     input:
