@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - load_start
     # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
     # never counted in the statistics.
-    warmups, runs = [], []
+    warmups: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     n_warmup = int(job["warmup_repetitions"])
     for rep in range(n_warmup + int(job["repetitions"])):
         is_warmup = rep < n_warmup

@@ -36,18 +36,17 @@ def read_val_map(root: Path) -> list[tuple[str, int]]:
 def preprocess_image(path: Path) -> np.ndarray:
     from PIL import Image
 
-    with Image.open(path) as img:
-        img = img.convert("RGB")
-        width, height = img.size
-        if height > width:
-            new_w, new_h = RESIZE_SHORT, round(RESIZE_SHORT * height / width)
-        else:
-            new_w, new_h = round(RESIZE_SHORT * width / height), RESIZE_SHORT
-        img = img.resize((new_w, new_h), Image.Resampling.BOX)
-        left = (new_w - IMAGE_SIZE) // 2
-        top = (new_h - IMAGE_SIZE) // 2
-        img = img.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
-        array = np.asarray(img, dtype=np.float32)
+    with Image.open(path) as source:
+        rgb = source.convert("RGB")
+    width, height = rgb.size
+    if height > width:
+        new_w, new_h = RESIZE_SHORT, round(RESIZE_SHORT * height / width)
+    else:
+        new_w, new_h = round(RESIZE_SHORT * width / height), RESIZE_SHORT
+    resized = rgb.resize((new_w, new_h), Image.Resampling.BOX)
+    left = (new_w - IMAGE_SIZE) // 2
+    top = (new_h - IMAGE_SIZE) // 2
+    array = np.asarray(resized.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE)), dtype=np.float32)
     return array - CHANNEL_MEANS
 
 
