@@ -25,7 +25,8 @@ def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
     scenario = result["scenario"]
 
     def phase(name: str) -> float:
-        return float(np.mean([r["phases"][name] for r in runs]))
+        # a DLBS (model-only) run has the inference phase only: NaN for the others
+        return float(np.mean([r["phases"].get(name, np.nan) for r in runs]))
 
     validity = {r.get("loadgen", {}).get("validity") for r in runs}
     return {
@@ -43,7 +44,7 @@ def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
         "post_s": phase("post_s"),
         "samples": int(np.mean([r["samples"] for r in runs])),
         "samples_per_s": float(np.mean([r["samples_per_s"] for r in runs])),
-        "loadgen_valid": validity == {"VALID"},
+        "loadgen_valid": validity == {"VALID"} if "loadgen" in runs[0] else None,
         "accel": result["platform"].get("accel", "none"),
         "threads_policy": runs[0]["threads"]["policy"],
         "threads": runs[0]["threads"]["intra_op"],

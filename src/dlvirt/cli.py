@@ -22,6 +22,14 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_download(args: argparse.Namespace) -> int:
+    from dlvirt.apps import app_class
+
+    for path in app_class(args.app).download_dataset(Path(args.output_dir)):
+        print(f"{path}: checksum verified")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from dlvirt.runner import run_job
 
@@ -66,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", required=True, help="the app's settings as JSON")
     p.add_argument("--output-dir", required=True)
     p.set_defaults(func=_cmd_dataset)
+
+    p = sub.add_parser("download", help="fetch an app's real dataset and verify its checksums (needs network)")
+    p.add_argument("--app", required=True)
+    p.add_argument("--output-dir", required=True)
+    p.set_defaults(func=_cmd_download)
 
     p = sub.add_parser("bench", help="run one benchmark job (all repetitions of one scenario)")
     p.add_argument("--spec", required=True, help="job spec as JSON")

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt import observe
+from dlvirt import dlbs, observe
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.atomic import write_json_atomic
@@ -234,8 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     observed = observe.observe()
     plan = plan_threads(job["threads"], observed)
     app = app_class(job["app"])(job["app_settings"], Path(job["dataset_dir"]), job["scenario"]["processor"], plan)
+    # tool dlbs: model-only batches (dlvirt.dlbs); a DLBS checkout's experimenter brings its own model
+    experimenter = job["tool"] == "dlbs" and dlbs.experimenter_model(job) is not None
+    measure = dlbs.run_repetition if job["tool"] == "dlbs" else run_repetition
     load_start = time.perf_counter()
-    app.load_model()
+    if not experimenter:
+        app.load_model()
     load_s = time.perf_counter() - load_start
     # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
     # never counted in the statistics.
@@ -244,10 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     n_warmup = int(job["warmup_repetitions"])
     for rep in range(n_warmup + int(job["repetitions"])):
         is_warmup = rep < n_warmup
-        record = run_repetition(app, job, rep, out_dir)
+        record = measure(app, job, rep, out_dir)
         record["warmup"] = is_warmup
         print(f"[harness] {job['app']} {job['scenario_name']} {'warm-up' if is_warmup else 'rep'} {rep}: "
-              f"E2E {record['e2e_s']:.3f} s, {record['samples']} samples", flush=True)
+              f"{'model-only' if job['tool'] == 'dlbs' else 'E2E'} {record['e2e_s']:.3f} s, "
+              f"{record['samples']} samples", flush=True)
         (warmups if is_warmup else runs).append(record)
     write_json_atomic(out_dir / "harness.json", {
         "app": job["app"],
@@ -255,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmups": warmups,
         "model_load_s": load_s,
         "dataset": app.dataset_info,
-        "model": app.model_provenance(),
+        "model": dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
         "versions": {"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
     })
     return 0

@@ -18,7 +18,7 @@ from dlvirt.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
 
 
 # Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
-IMPLEMENTED_TOOLS = ("mlperf",)
+IMPLEMENTED_TOOLS = ("mlperf", "dlbs")
 
 
 class ConfigError(ValueError):

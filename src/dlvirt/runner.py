@@ -45,6 +45,7 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
         "scenario_name": scenario.name,
         "dataset_dir": str(Path(spec["dataset_dir"]).resolve()),
         "run_id": run_id,
+        "dlbs": spec.get("dlbs"),  # the dlbs section, in dlbs jobs' specs only
     }
     try:
         cls = platform_class(scenario.platform)

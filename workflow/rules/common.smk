@@ -10,6 +10,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dlvirt.apps import app_class  # noqa: E402
+from dlvirt.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.hostinfo import capabilities  # noqa: E402
 from dlvirt.matrix import ConfigError, expand as expand_plan  # noqa: E402
 
@@ -89,8 +90,11 @@ def job_spec(wildcards):
     of it (app settings, repetitions, harness options) reruns exactly the jobs it concerns."""
     job = planned_job(wildcards)
     app = config["apps"][job.app]
+    # only dlbs jobs carry the dlbs settings (merged for their app): changing them reruns only those
+    tool_settings = {"dlbs": dlbs_settings(config["dlbs"], job.app)} if job.tool == "dlbs" else {}
     return quoted_json(
         {
+            **tool_settings,
             "tool": job.tool,
             "app": job.app,
             "scenario": job.scenario.to_dict(),

@@ -12,3 +12,16 @@ rule dataset:
     shell:
         "python -m dlvirt dataset --app {wildcards.app} --settings {params.settings}"
         " --output-dir {output} > {log} 2>&1"
+
+
+# The real dataset, for users with network: fetched and checksum-verified by the app, never part
+# of `all`. Then point apps.<app>.dataset.path at resources/downloads/<app>.
+rule download_dataset:
+    output:
+        directory("resources/downloads/{app}"),
+    log:
+        "results/logs/download/{app}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt download --app {wildcards.app} --output-dir {output} > {log} 2>&1"

@@ -8,6 +8,7 @@ from dlvirt.apps.base import App
 
 _REGISTRY = {
     "ic": "dlvirt.apps.ic:ImageClassification",
+    "nlp": "dlvirt.apps.nlp:QuestionAnswering",
 }
 
 

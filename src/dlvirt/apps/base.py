@@ -111,6 +111,12 @@ class App(ABC):
     def check_real_dataset(cls, root: Path, settings: dict[str, Any]) -> dict[str, Any]:
         """Check a user-provided dataset at ``root``; raise AppError naming what is missing."""
 
+    @classmethod
+    def download_dataset(cls, out_dir: Path) -> list[Path]:
+        """Fetch the real dataset into ``out_dir`` and verify its checksums (needs network; never
+        part of ``all``); return the files. Apps without a public download say so."""
+        raise AppError(f"app {cls.name} has no dataset download; point apps.{cls.name}.dataset.path at the data")
+
     @property
     def data_root(self) -> Path:
         """Where the samples are: the dataset dir for synthetic data, the user's folder for real data."""

@@ -1,0 +1,205 @@
+"""The DLBS tool (``tool: dlbs``): model-only inference time, as the Deep Learning Benchmarking Suite
+measures it.
+
+Each repetition builds one batch of random inputs of the real shapes (``App.synthetic_batch``), runs
+``exp.num_warmup_batches`` untimed batches, then times ``exp.num_batches`` batches one by one; no
+reading, pre- or post-processing. It runs inside the platform like the LoadGen harness (``harness``
+dispatches on the job's tool), so every platform gets it and the same observation/verification.
+
+Each repetition also writes ``dlbs.log`` in DLBS's log format, one ``__key__=json`` per line
+(``__exp.framework__="pytorch"``, ``__results.time__`` = mean ms per batch, ``__results.time_std__``,
+``__results.throughput__`` = samples/s, ``__results.time_data__`` = every batch in ms, ...), so
+DLBS's own log parser and reporter read our logs; ``parse_log`` reads that format back.
+
+DLBS itself is not on PyPI. If ``dlbs.path`` names a DLBS checkout, apps whose model DLBS's own
+benchmarks implement (``DLBS_MODELS``) are timed by its experimenter instead, with the same
+``exp.*`` parameters, and its log is parsed; the other apps use ours.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlvirt import observe
+from dlvirt.apps.base import App
+
+LOG_NAME = "dlbs.log"
+# DLBS's key-value line: leading blanks, __key__, optional blanks, '=', a JSON value.
+LOG_LINE = re.compile(r"[ \t]*__(.+?)__[ \t]*=(.+)")
+# Our app -> DLBS's exp.model id, for the apps whose model DLBS's benchmark scripts implement.
+DLBS_MODELS = {"ic": "resnet50"}
+
+
+class DlbsError(RuntimeError):
+    pass
+
+
+# -- the log format ----------------------------------------------------------------------------
+
+def format_log(params: dict[str, Any]) -> str:
+    """``params`` as DLBS log lines: ``__name__=<json>``, one per line."""
+    return "".join(f"__{key}__={json.dumps(value)}\n" for key, value in params.items())
+
+
+def parse_log(text: str, source: str = "log") -> dict[str, Any]:
+    """The ``__key__=json`` lines of a DLBS log (other lines are ignored; a repeated key keeps its
+    last value, as in DLBS's ``LogParser``). A value that is not JSON is an error naming the line."""
+    params: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = LOG_LINE.match(line)
+        if match is None:
+            continue
+        try:
+            params[match.group(1)] = json.loads(match.group(2))
+        except json.JSONDecodeError as err:
+            raise DlbsError(f"{source}:{number}: value of __{match.group(1)}__ is not JSON: {err}") from err
+    return params
+
+
+def parse_log_file(path: Path) -> dict[str, Any]:
+    return parse_log(Path(path).read_text(errors="replace"), str(path))
+
+
+# -- parameters --------------------------------------------------------------------------------
+
+def model_id(title: str) -> str:
+    """DLBS-style model id of a model title: ResNet50 -> resnet50, BERT-large -> bert_large."""
+    return re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_")
+
+
+def settings_for(section: dict[str, Any], app: str) -> dict[str, Any]:
+    """The ``dlbs`` config section as it applies to ``app`` (its ``apps.<app>`` overrides merged)."""
+    merged = {key: value for key, value in section.items() if key != "apps"}
+    merged.update(section.get("apps", {}).get(app) or {})
+    return merged
+
+
+def experiment(job: dict[str, Any], framework: str, model: str) -> dict[str, Any]:
+    """The DLBS ``exp.*`` parameters of one job."""
+    settings = job["dlbs"]
+    batch = settings["exp.replica_batch"] or int(job["batch_size"])
+    gpu = job["scenario"]["processor"] == "GPU"
+    return {
+        "exp.framework": framework,
+        "exp.model": model,
+        "exp.phase": settings["exp.phase"],
+        "exp.replica_batch": batch,
+        "exp.effective_batch": batch,
+        "exp.num_warmup_batches": int(settings["exp.num_warmup_batches"]),
+        "exp.num_batches": int(settings["exp.num_batches"]),
+        "exp.device_type": "gpu" if gpu else "cpu",
+        "exp.gpus": "0" if gpu else "",
+        "exp.dtype": "float32",
+        "exp.data": "synthetic",
+        "exp.docker": False,  # DLBS must not start its own container: we are inside the platform already
+    }
+
+
+def experimenter_model(job: dict[str, Any]) -> str | None:
+    """DLBS's model id when this job is timed by a DLBS checkout's experimenter, else None."""
+    if not job["dlbs"].get("path"):
+        return None
+    return DLBS_MODELS.get(job["app"])
+
+
+def experimenter_provenance(job: dict[str, Any], framework: str) -> dict[str, Any]:
+    return {"model": experimenter_model(job), "framework": framework, "weights": "random",
+            "implementation": f"DLBS experimenter at {job['dlbs']['path']}"}
+
+
+def results(params: dict[str, Any], times_ms: np.ndarray) -> dict[str, Any]:
+    """DLBS's result keys for the timed batches (``results.throughput`` in samples/s)."""
+    mean = float(np.mean(times_ms))
+    return {
+        "results.time": mean,
+        "results.time_std": float(np.std(times_ms)),
+        "results.throughput": params["exp.effective_batch"] / (mean / 1000.0) if mean > 0 else 0.0,
+        "results.time_data": [float(t) for t in times_ms],
+        "exp.status": "ok",
+    }
+
+
+# -- one repetition ----------------------------------------------------------------------------
+
+def _time_ours(app: App, params: dict[str, Any]) -> np.ndarray:
+    batch = app.synthetic_batch(params["exp.replica_batch"])
+    for _ in range(params["exp.num_warmup_batches"]):
+        app.infer(batch)
+    times = np.zeros(params["exp.num_batches"])
+    for i in range(params["exp.num_batches"]):
+        start = time.perf_counter()
+        app.infer(batch)
+        times[i] = time.perf_counter() - start
+    return 1000.0 * times
+
+
+def experimenter_command(checkout: Path, params: dict[str, Any], log_file: Path) -> list[str]:
+    script = checkout / "python" / "dlbs" / "experimenter.py"
+    args = {**params, "exp.log_file": str(log_file), "exp.rerun": True}
+    return [sys.executable, str(script), "run", *(f"-P{key}={json.dumps(value)}" for key, value in args.items())]
+
+
+def _time_experimenter(job: dict[str, Any], params: dict[str, Any], log_file: Path) -> np.ndarray:
+    checkout = Path(job["dlbs"]["path"])
+    if not (checkout / "python" / "dlbs" / "experimenter.py").is_file():
+        raise DlbsError(f"dlbs.path {checkout}: no python/dlbs/experimenter.py (not a DLBS checkout, "
+                        f"or not visible inside the platform)")
+    env = dict(os.environ, DLBS_ROOT=str(checkout),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(checkout / "python"), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(experimenter_command(checkout, params, log_file), env=env, check=False)
+    logged = parse_log_file(log_file) if log_file.is_file() else {}
+    if proc.returncode != 0 or not logged.get("results.time"):
+        raise DlbsError(f"DLBS experimenter (exit {proc.returncode}) left no results.time in {log_file}; "
+                        f"status {logged.get('exp.status')!r} {logged.get('exp.status_msg', '')}")
+    data = logged.get("results.time_data") or [logged["results.time"]] * params["exp.num_batches"]
+    return np.asarray(data, dtype=float)
+
+
+def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> dict[str, Any]:
+    """Time one repetition's batches and write its DLBS log; the record the harness keeps."""
+    rep_dir = out_dir / f"rep-{rep:04d}"
+    rep_dir.mkdir(parents=True, exist_ok=True)
+    log_file = rep_dir / LOG_NAME
+    observed = observe.observe()
+    dlbs_model = experimenter_model(job)
+    title = str(app.model_provenance()["model"]) if dlbs_model is None else dlbs_model
+    params = experiment(job, app.framework, dlbs_model or model_id(title))
+    started = datetime.now(UTC)
+    if dlbs_model is None:
+        times_ms = _time_ours(app, params)
+        backend = "dlvirt"
+        params["exp.model_title"] = title
+        log_file.write_text(format_log({**params, **results(params, times_ms),
+                                        "exp.id": f"{job['run_id']}-{rep}", "exp.proj": "dlvirt"}))
+    else:
+        times_ms = _time_experimenter(job, params, log_file)
+        backend = "DLBS experimenter"
+    finished = datetime.now(UTC)
+    infer_s = float(times_ms.sum()) / 1000.0
+    samples = params["exp.effective_batch"] * len(times_ms)
+    summary = results(params, times_ms)
+    return {
+        "repetition": rep,
+        "e2e_s": infer_s,  # model-only: the timed batches, nothing else
+        "phases": {"infer_s": infer_s},
+        "samples": samples,
+        "batches": len(times_ms),
+        "samples_per_s": samples / infer_s if infer_s > 0 else None,
+        "dlbs": {"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
+                 **{k: summary[k] for k in ("results.time", "results.time_std", "results.throughput")}},
+        "observed": observed,
+        "threads": {**app.threads.to_dict(), "process_threads_peak": observe.process_threads()},
+        "quality": {},
+        "started_utc": started.isoformat(),
+        "finished_utc": finished.isoformat(),
+    }
