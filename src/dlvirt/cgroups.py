@@ -195,3 +195,23 @@ def effective_quota_cores() -> float | None:
                 if quota_us > 0:
                     quotas.append(quota_us / period_us)
     return min(quotas) if quotas else None
+
+
+def effective_memory_limit_bytes() -> int | None:
+    """The tightest memory limit over this process's cgroup and its ancestors; None if unlimited."""
+    limits: list[int] = []
+    root = _v2_root()
+    if root is not None:
+        chain, limit_file = _walk_up(root, _own_path(None)), "memory.max"
+    else:
+        base = ROOT / "memory"
+        if not (base / "memory.limit_in_bytes").exists():
+            return None
+        chain, limit_file = _walk_up(base, _own_path("memory")), "memory.limit_in_bytes"
+    for directory in chain:
+        with contextlib.suppress(OSError, ValueError):
+            text = (directory / limit_file).read_text().strip()
+            # v1 spells "unlimited" as the largest page-aligned 64-bit value
+            if text != "max" and int(text) < 1 << 62:
+                limits.append(int(text))
+    return min(limits) if limits else None

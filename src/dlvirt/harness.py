@@ -224,6 +224,9 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Wall-clock time the harness is up (interpreter and imports done): a platform subtracts the
+    # moment it launched it to get its start-up overhead (containers share the host's clock).
+    entered_unix = time.time()
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         print("usage: python -m dlvirt.harness JOB.json OUT_DIR", file=sys.stderr)
@@ -256,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         (warmups if is_warmup else runs).append(record)
     write_json_atomic(out_dir / "harness.json", {
         "app": job["app"],
+        "entered_unix": entered_unix,
         "runs": runs,
         "warmups": warmups,
         "model_load_s": load_s,

@@ -15,6 +15,9 @@ from typing import Any
 
 from dlvirt import cgroups
 
+# Written into dlvirt's CN image at build time (envs/cn.Dockerfile).
+IMAGE_TAG_FILE = "/etc/dlvirt-image"
+
 
 def _detect(flag: str) -> str | None:
     if shutil.which("systemd-detect-virt") is None:
@@ -65,6 +68,14 @@ def virtualization() -> dict[str, str]:
     return {"container": container_type(), "vm": vm_type()}
 
 
+def image_tag() -> str | None:
+    """The tag a dlvirt-built container image carries inside (None outside such an image)."""
+    try:
+        return Path(IMAGE_TAG_FILE).read_text().strip()
+    except OSError:
+        return None
+
+
 def observe() -> dict[str, Any]:
     affinity = sorted(os.sched_getaffinity(0))
     return {
@@ -73,6 +84,8 @@ def observe() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "quota_cores": cgroups.effective_quota_cores(),
         "cgroup": cgroups.own_cgroup_paths(),
+        "memory_limit_bytes": cgroups.effective_memory_limit_bytes(),
+        "image": image_tag(),
         "virtualization": virtualization(),
         "kernel": platform.release(),
         "hostname": platform.node(),

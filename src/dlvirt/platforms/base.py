@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
+from dlvirt.engines import Daemon
 from dlvirt.hostinfo import Capabilities
 from dlvirt.scenario import Scenario
 
@@ -36,6 +37,15 @@ class Expected:
     check_quota: bool = True
     container: str | None = None
     vm: str | None = None
+    cgroup_id: str | None = None           # must appear in the harness's CPU cgroup path (a container's id)
+    image: str | None = None               # the image tag the harness reads from inside its image
+    memory_limit_bytes: int | None = None  # the cgroup memory limit the harness lives under
+
+
+def _cpu_cgroup_paths(cgroup: dict[str, str]) -> list[str]:
+    """The harness's cgroup paths that limit CPU: the v1 cpu/cpuset hierarchies, else the v2 one."""
+    v1 = [path for names, path in cgroup.items() if {"cpu", "cpuset"} & set(names.split(","))]
+    return v1 or [cgroup.get("unified", "")]
 
 
 def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
@@ -58,7 +68,33 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
         problems.append(f"container type {virt['container']!r} != expected {expected.container!r}")
     if expected.vm is not None and virt["vm"] != expected.vm:
         problems.append(f"virtualization {virt['vm']!r} != expected {expected.vm!r}")
+    if expected.cgroup_id is not None:
+        outside = [p for p in _cpu_cgroup_paths(observed["cgroup"]) if expected.cgroup_id not in p]
+        if outside:
+            problems.append(f"CPU cgroup {outside} is not the one of {expected.cgroup_id[:12]}")
+    if expected.image is not None and observed.get("image") != expected.image:
+        problems.append(f"image {observed.get('image')!r} != requested {expected.image!r}")
+    if expected.memory_limit_bytes is not None and observed.get("memory_limit_bytes") != expected.memory_limit_bytes:
+        problems.append(f"memory limit {observed.get('memory_limit_bytes')} bytes != requested "
+                        f"{expected.memory_limit_bytes}")
     return problems
+
+
+def job_input_paths(job: dict[str, Any]) -> list[Path]:
+    """Host files and folders the harness reads: the dataset folder and every ``path`` in the app's
+    settings (a real dataset, a weights file). Platforms with their own file system share exactly these."""
+    found = [Path(job["dataset_dir"]).resolve()]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "path" and isinstance(value, str) and value:
+                    found.append(Path(value).resolve())
+                else:
+                    walk(value)
+
+    walk(job["app_settings"])
+    return sorted(set(found))
 
 
 class Platform(ABC):
@@ -78,6 +114,12 @@ class Platform(ABC):
         if scenario.processor == "GPU" and not caps.gpus:
             return "no GPU on this host (nvidia-smi lists none)"
         return None
+
+    @classmethod
+    def daemons(cls, settings: dict[str, Any]) -> list[Daemon]:
+        """Engines this platform needs running on this host (``settings``: its platforms.<name>
+        section); the workflow starts them at its start when none answers (``dlvirt.engines``)."""
+        return []
 
     @staticmethod
     def pinned_cpus(caps_cpus: tuple[int, ...], cores: int) -> tuple[int, ...]:
