@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "src", "profiles")
+WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "src", "profiles", "pyproject.toml")
 
 
 def copy_workflow(dest: Path) -> Path:

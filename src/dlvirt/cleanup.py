@@ -10,8 +10,9 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from dlvirt import cgroups
+from dlvirt import cgroups, engines
 
 PREFIX = "dlvirt-"
 
@@ -39,7 +40,26 @@ def owner_alive(name: str) -> bool:
     return True
 
 
-def remove_stale() -> Iterator[str]:
+def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
+    """dlvirt-labelled containers (named ``dlvirt-<run id>``) whose runner is gone, in dlvirt's own
+    Docker engine and the one ``settings`` (platforms.CN) selects, when they answer."""
+    import docker
+
+    from dlvirt import docker_engine
+
+    for url in sorted({docker_engine.OWN_URL, docker_engine.engine_url(settings)}):
+        if not docker_engine.answers(url):
+            continue
+        with contextlib.closing(docker.DockerClient(base_url=url, timeout=docker_engine.API_TIMEOUT_S)) as client:
+            for container in docker_engine.labelled_containers(client):
+                if not owner_alive(container.name):
+                    container.remove(force=True)
+                    yield f"removed stale container {container.name} ({url})"
+
+
+def remove_stale(platform_settings: dict[str, Any] | None = None) -> Iterator[str]:
+    """Everything a killed run left: cgroups, containers, then engines dlvirt started that nobody
+    uses any more. ``platform_settings``: the config's platforms section."""
     for directory in stale_cgroups():
         if owner_alive(directory.name):
             continue
@@ -47,3 +67,5 @@ def remove_stale() -> Iterator[str]:
         with contextlib.suppress(cgroups.CgroupError):
             group.remove()
             yield f"removed stale cgroup {directory}"
+    yield from remove_stale_containers((platform_settings or {}).get("CN", {}))
+    yield from engines.release_orphans()

@@ -1,0 +1,235 @@
+"""The CN benchmark image, built without any registry and named by what went into it.
+
+- Base: ``debootstrap --variant=minbase bookworm`` + ``docker import`` (Docker Hub is not needed).
+- Python layer: the host resolves the pinned lock (``envs/requirements.txt``) into a wheelhouse
+  (``pip wheel``: wheels as published, pure-Python sdists built once here) and the Dockerfile
+  installs it offline through a BuildKit bind mount, so the wheels are in no layer and the
+  container runs exactly the library versions bare metal runs.
+- The dlvirt package, built into a wheel on the host, is installed last.
+- Tag: ``dlvirt-cn:<hash>`` over the Dockerfile, the lock, the package's code and the base recipe,
+  so an unchanged input set is never rebuilt (the engine already has that tag), and a changed one
+  gets a new tag (and the CN jobs that ran the old image rerun).
+
+Users with a registry can run a pulled image instead (``platforms.CN.image``).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from docker.errors import ImageNotFound
+
+from dlvirt import docker_engine
+from dlvirt.atomic import write_json_atomic
+from dlvirt.engines import EngineError
+
+DOCKERFILE = "envs/cn.Dockerfile"
+REQUIREMENTS = "envs/requirements.txt"
+# The label carrying the image's own tag (the harness reads the same tag from inside the image).
+TAG_LABEL = "dlvirt.image"
+IMAGE_REPO = "dlvirt-cn"
+BASE_REPO = "dlvirt-base"
+# The base recipe. bookworm's Python is 3.11, the version the host's lock is resolved for.
+SUITE = "bookworm"
+VARIANT = "minbase"
+BASE_PACKAGES = ("python3-venv",)
+# torch 2.13.0 is a CPU build only as a local wheel or from PyTorch's CPU index (as in setup.sh).
+LOCAL_WHEELS = Path("/opt/wheels")
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def image_inputs(root: Path) -> list[Path]:
+    """Every file whose content the image depends on (the Snakemake rule's inputs too)."""
+    package = Path(root) / "src" / "dlvirt"
+    code = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix in (".py", ".typed")
+                  and "__pycache__" not in p.parts)
+    return [Path(root) / DOCKERFILE, Path(root) / REQUIREMENTS, Path(root) / "pyproject.toml", *code]
+
+
+def _digest(parts: list[tuple[str, bytes]]) -> str:
+    digest = hashlib.sha256()
+    for name, data in parts:
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def base_tag() -> str:
+    recipe = _digest([("recipe", f"{SUITE} {VARIANT} {' '.join(BASE_PACKAGES)}".encode())])
+    return f"{BASE_REPO}:{SUITE}-{VARIANT}-{recipe[:12]}"
+
+
+def content_tag(root: Path) -> str:
+    """``dlvirt-cn:<hash>`` of the image's inputs (paths relative to ``root``)."""
+    root = Path(root)
+    parts = [("base", base_tag().encode())]
+    parts += [(str(p.relative_to(root)), p.read_bytes()) for p in image_inputs(root)]
+    return f"{IMAGE_REPO}:{_digest(parts)[:16]}"
+
+
+def debian_mirror(settings: dict[str, Any]) -> str:
+    """``platforms.CN.debian_mirror``, else the host's own Debian mirror, else deb.debian.org."""
+    if settings.get("debian_mirror"):
+        return str(settings["debian_mirror"])
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for path in sources:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for url in re.findall(r"^(?:URIs:|deb)\s+(?:\[[^]]*\]\s+)?(\S+)", text, flags=re.MULTILINE):
+            if url.rstrip("/").endswith("/debian"):
+                return str(url)
+    return "http://deb.debian.org/debian"
+
+
+def _run(cmd: list[str], **kwargs: Any) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kwargs)
+
+
+def build_base(client: Any, settings: dict[str, Any], workdir: Path) -> str:
+    """Import the debootstrapped base image unless the engine has it already."""
+    tag = base_tag()
+    try:
+        client.images.get(tag)
+        return tag
+    except ImageNotFound:
+        pass
+    if shutil.which("debootstrap", path="/usr/sbin:/sbin:/usr/bin:/bin") is None:
+        raise EngineError("building the CN image needs debootstrap (Debian: apt-get install debootstrap), "
+                          "or set platforms.CN.image to an image from a registry")
+    rootfs = workdir / "rootfs"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    try:
+        _run(["debootstrap", f"--variant={VARIANT}", f"--include={','.join(BASE_PACKAGES)}", SUITE,
+              str(rootfs), debian_mirror(settings)])
+        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (rootfs / leftover).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        assert tar.stdout is not None
+        repository, name = tag.split(":")
+        client.api.import_image_from_stream(
+            tar.stdout, repository=repository, tag=name,
+            changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+        if tar.wait() != 0:
+            raise EngineError(f"tar of {rootfs} failed with status {tar.returncode}")
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    client.images.get(tag)
+    return tag
+
+
+def resolve_wheelhouse(root: Path, context: Path) -> None:
+    """The lock's wheels under ``context/wheelhouse``, resolved again only when the lock changed."""
+    requirements = Path(root) / REQUIREMENTS
+    wheelhouse = context / "wheelhouse"
+    stamp = wheelhouse / ".requirements.sha256"
+    want = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text().strip() == want:
+        return
+    shutil.rmtree(wheelhouse, ignore_errors=True)
+    wheelhouse.mkdir(parents=True)
+    extra = [] if glob.glob(str(LOCAL_WHEELS / "torch-2.13.0+cpu-*.whl")) else ["--extra-index-url", TORCH_CPU_INDEX]
+    if LOCAL_WHEELS.is_dir():
+        extra += ["--find-links", str(LOCAL_WHEELS)]
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", *extra, "-w", str(wheelhouse), "-r", str(requirements)])
+    shutil.copy2(requirements, context / "requirements.txt")
+    stamp.write_text(want + "\n")
+
+
+def build_package(root: Path, context: Path) -> None:
+    """dlvirt as a wheel under ``context/package`` (built from a copy: the repository stays clean)."""
+    source = context / "package-src"
+    package = context / "package"
+    for path in (source, package):
+        shutil.rmtree(path, ignore_errors=True)
+    shutil.copytree(Path(root) / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy2(Path(root) / "pyproject.toml", source / "pyproject.toml")
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+          "-w", str(package), str(source)])
+    shutil.rmtree(source)
+
+
+def buildkit_cli() -> tuple[list[str], dict[str, str]]:
+    """A docker CLI that builds with BuildKit (``RUN --mount``): buildx, or a 20.10-22.x CLI whose
+    built-in BuildKit needs no buildx (Debian's docker.io). Returns (command prefix, extra env)."""
+    candidates: list[str] = []
+    for path in (shutil.which("docker"), "/usr/bin/docker", "/usr/local/bin/docker"):
+        if path and Path(path).exists() and Path(path).resolve() not in [Path(c).resolve() for c in candidates]:
+            candidates.append(path)
+    for cli in candidates:
+        if subprocess.run([cli, "buildx", "version"], capture_output=True, check=False).returncode == 0:
+            return [cli, "buildx", "build", "--load"], {}
+    for cli in candidates:
+        out = subprocess.run([cli, "--version"], capture_output=True, text=True, check=False).stdout
+        match = re.search(r"version (\d+)\.", out)
+        if match and int(match.group(1)) < 23:
+            return [cli, "build"], {"DOCKER_BUILDKIT": "1"}
+    raise EngineError(f"no docker CLI with BuildKit among {candidates}: install docker-buildx, or Debian's "
+                      "docker.io (its 20.10 CLI has BuildKit built in)")
+
+
+def build(root: Path, settings: dict[str, Any], client: Any, workdir: Path) -> str:
+    root = Path(root)
+    tag = content_tag(root)
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = build_base(client, settings, workdir)
+    context = workdir / "context"
+    resolve_wheelhouse(root, context)
+    build_package(root, context)
+    cli, env = buildkit_cli()
+    url = docker_engine.engine_url(settings)
+    _run([*cli, "--progress=plain", "--network=none", "-f", str(root / DOCKERFILE), "-t", tag,
+          "--build-arg", f"BASE={base}", "--build-arg", f"DLVIRT_IMAGE={tag}", str(context)],
+         env={**os.environ, **env, "DOCKER_HOST": url})
+    return tag
+
+
+def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]:
+    """Make the CN image available in the engine and write ``marker`` describing it.
+
+    ``platforms.CN.image`` set: that image (pulled when absent). Else dlvirt's own, built only
+    when the engine lacks its content tag."""
+    started = time.monotonic()
+    client = docker_engine.connect(settings)
+    try:
+        wanted = settings.get("image")
+        built = False
+        if wanted:
+            try:
+                image = client.images.get(wanted)
+                source = "present"
+            except ImageNotFound:
+                print(f"pulling {wanted}", flush=True)
+                image = client.images.pull(wanted)
+                source = "pulled"
+        else:
+            wanted = content_tag(root)
+            try:
+                image = client.images.get(wanted)
+                source = "present"
+            except ImageNotFound:
+                build(root, settings, client, Path(marker).parent / "cn-build")
+                image = client.images.get(wanted)
+                source = "built"
+                built = True
+        info = {"image": wanted, "id": image.id, "size_bytes": image.attrs.get("Size"), "source": source,
+                "built": built, "seconds": round(time.monotonic() - started, 1),
+                "engine": docker_engine.engine_url(settings), "own_build": not settings.get("image")}
+        print(f"CN image {wanted} ({source}, {image.id[:19]})", flush=True)
+        write_json_atomic(Path(marker), info)
+        return info
+    finally:
+        client.close()

@@ -1,0 +1,99 @@
+"""Which Docker engine dlvirt talks to, and the dockerd it starts itself when none answers.
+
+Order: ``platforms.CN.engine.host``, else ``DOCKER_HOST``, else the default socket if it answers,
+else dlvirt's own dockerd (started through ``dlvirt.engines``). dlvirt's dockerd has its own
+data-root, exec-root, socket and (empty) config file, and runs with ``--iptables=false
+--bridge=none --ip-forward=false``: benchmark containers have no network, and the host's firewall,
+bridges and sysctls stay as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+from docker.errors import DockerException
+from requests.exceptions import RequestException
+
+from dlvirt.engines import RUN_ROOT, Daemon, EngineError
+
+DEFAULT_URL = "unix:///var/run/docker.sock"
+DAEMON_NAME = "dockerd"
+RUN_DIR = RUN_ROOT / DAEMON_NAME
+OWN_URL = f"unix://{RUN_DIR / 'docker.sock'}"
+# Every container dlvirt creates carries these; cleanup touches nothing else.
+LABEL_RUN = "dlvirt.run-id"
+LABEL_HOST = "dlvirt.host"
+API_TIMEOUT_S = 120
+
+
+def answers(url: str, timeout_s: float = 3.0) -> bool:
+    try:
+        with contextlib.closing(docker.DockerClient(base_url=url, timeout=timeout_s)) as client:
+            return bool(client.ping())
+    except (DockerException, RequestException, OSError):
+        return False
+
+
+def configured_url(settings: dict[str, Any]) -> str | None:
+    return settings.get("engine", {}).get("host") or os.environ.get("DOCKER_HOST") or None
+
+
+def engine_url(settings: dict[str, Any]) -> str:
+    """The engine the CN platform uses (see the module doc for the order)."""
+    url = configured_url(settings)
+    if url is not None:
+        return url
+    return DEFAULT_URL if answers(DEFAULT_URL) else OWN_URL
+
+
+def own_daemon(settings: dict[str, Any]) -> Daemon | None:
+    """dlvirt's dockerd, or None when an engine is configured or the default socket answers."""
+    if configured_url(settings) is not None or answers(DEFAULT_URL):
+        return None
+    dockerd = shutil.which("dockerd", path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin")
+    if dockerd is None:
+        raise EngineError("no Docker engine answers and dockerd is not installed (Debian: apt-get install "
+                          "docker.io), or set platforms.CN.engine.host")
+    config_file = RUN_DIR / "daemon-config.json"
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    config_file.write_text("{}\n")  # never read the host's /etc/docker/daemon.json
+    engine = settings.get("engine", {})
+    return Daemon(
+        name=DAEMON_NAME,
+        command=(dockerd, "--host", OWN_URL, "--data-root", str(engine.get("data_root", "/var/lib/dlvirt/docker")),
+                 "--exec-root", str(RUN_DIR / "exec"), "--pidfile", str(RUN_DIR / "dockerd.pid"),
+                 "--config-file", str(config_file), "--iptables=false", "--ip-forward=false",
+                 "--bridge=none"),
+        probe=lambda: answers(OWN_URL, timeout_s=1.0),
+        ready_timeout_s=60.0,
+        stop_timeout_s=30.0,
+    )
+
+
+def connect(settings: dict[str, Any]) -> docker.DockerClient:
+    url = engine_url(settings)
+    client = docker.DockerClient(base_url=url, timeout=API_TIMEOUT_S)
+    try:
+        client.ping()
+    except (DockerException, RequestException, OSError) as exc:
+        client.close()
+        raise EngineError(f"no Docker engine answers at {url} ({exc}); the workflow starts dlvirt's own at its "
+                          "start (python -m dlvirt engines up), or set platforms.CN.engine.host") from None
+    return client
+
+
+def labels(run_id: str) -> dict[str, str]:
+    return {LABEL_RUN: run_id, LABEL_HOST: socket.gethostname()}
+
+
+def labelled_containers(client: docker.DockerClient) -> Iterator[Any]:
+    """dlvirt's containers created from this host."""
+    for container in client.containers.list(all=True, filters={"label": LABEL_RUN}):
+        if container.labels.get(LABEL_HOST) == socket.gethostname():
+            yield container

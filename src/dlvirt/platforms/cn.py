@@ -1,0 +1,199 @@
+"""Container (CN): the harness inside a Docker container, driven through the Docker SDK.
+
+``CN/N/VNL`` = ``--cpus=N``: a CFS quota of N cores, but the container still sees (and has in its
+affinity) every host core, so frameworks that size their pools from the visible cores
+oversubscribe. ``CN/N/PIN`` = ``--cpuset-cpus`` on N host cores. Always ``--network none``, never
+privileged; the inputs (dataset, weights, the job) are bind-mounted read-only at their host paths
+and one writable mount receives the results. ``CN/N/*/GPU`` adds ``--gpus`` (NVIDIA Container
+Toolkit). Every container is labelled with the job's run id and removed on success, failure,
+timeout and Ctrl-C; ``dlvirt.cleanup`` removes those of a killed workflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.types import DeviceRequest, Mount
+from requests.exceptions import RequestException
+
+from dlvirt import container_image, docker_engine
+from dlvirt.atomic import read_json, write_json_atomic
+from dlvirt.engines import Daemon, EngineError
+from dlvirt.hostinfo import Capabilities
+from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
+from dlvirt.scenario import Scenario
+
+JOB_PATH = "/dlvirt/job.json"
+OUT_DIR = "/dlvirt/out"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def memory_bytes(text: str) -> int:
+    """Docker's memory notation (``8g``, ``512m``) in bytes."""
+    match = re.fullmatch(r"(\d+)([bkmg]?)", str(text).strip().lower())
+    if match is None:
+        raise PlatformError(f"platforms.CN.memory: {text!r} is not a size like 8g or 512m")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def nvidia_toolkit() -> bool:
+    """Whether the NVIDIA Container Toolkit, which ``docker --gpus`` needs, is installed."""
+    path = os.environ.get("PATH", "") + os.pathsep + "/usr/bin:/usr/local/bin"
+    return any(shutil.which(b, path=path) for b in ("nvidia-container-runtime-hook", "nvidia-ctk"))
+
+
+def online_cpus() -> tuple[int, ...]:
+    """The host's online CPUs (what a container without a cpuset gets)."""
+    cpus: list[int] = []
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return tuple(cpus)
+
+
+class Container(Platform):
+    name = "CN"
+
+    @classmethod
+    def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
+        why = super().unavailable_reason(scenario, caps, config)
+        if why is not None:
+            return why
+        settings = config.get("platforms", {}).get(cls.name, {})
+        if docker_engine.configured_url(settings) is None and not caps.docker:
+            return ("no Docker engine: dockerd is not installed (Debian: docker.io) and neither "
+                    "platforms.CN.engine.host nor DOCKER_HOST is set")
+        if scenario.processor == "GPU" and not nvidia_toolkit():
+            return "no NVIDIA Container Toolkit (nvidia-container-runtime-hook) for docker --gpus"
+        return None
+
+    @classmethod
+    def daemons(cls, settings: dict[str, Any]) -> list[Daemon]:
+        daemon = docker_engine.own_daemon(settings)
+        return [] if daemon is None else [daemon]
+
+    @property
+    def image(self) -> str:
+        image = self.config.get("image")
+        if not image:
+            raise PlatformError("platforms.CN.image: no image (the workflow sets it to the built image's tag)")
+        return str(image)
+
+    def provision(self) -> None:
+        self.container: Any = None
+        self.launched_unix: float | None = None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.client = docker_engine.connect(self.config)
+        except EngineError as exc:
+            raise PlatformError(str(exc)) from None
+        try:
+            image = self.client.images.get(self.image)
+        except ImageNotFound:
+            raise PlatformError(f"image {self.image} is not in the Docker engine at {docker_engine.engine_url(self.config)}: "
+                                "rebuild it (snakemake --forcerun cn_image) or set platforms.CN.image") from None
+        self.image_id = image.id
+        # dlvirt's image carries its tag both as a label and in a file the harness reads inside
+        self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
+        self.engine = self.client.info()
+        self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))
+        if self.scenario.pinned:
+            self.cpus = self.pinned_cpus(self.host_cpus, self.scenario.cores)
+        else:  # no cpuset: the container gets every CPU of the engine's host
+            self.cpus = online_cpus()
+        self.memory = memory_bytes(self.config.get("memory", "8g"))
+
+    def _host_config(self, job_path: Path, out_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+        mounts = [Mount(str(p), str(p), type="bind", read_only=True) for p in job_input_paths(job)]
+        mounts += [Mount(JOB_PATH, str(job_path), type="bind", read_only=True),
+                   Mount(OUT_DIR, str(out_dir), type="bind", read_only=False)]
+        cpu: dict[str, Any] = {"cpuset_cpus": ",".join(str(c) for c in self.cpus)} if self.scenario.pinned \
+            else {"nano_cpus": int(self.scenario.cores * 1e9)}
+        gpus: dict[str, Any] = {}
+        if self.scenario.processor == "GPU":
+            wanted = str(self.config.get("gpus", "all"))
+            request = DeviceRequest(count=-1, capabilities=[["gpu"]]) if wanted == "all" else \
+                DeviceRequest(device_ids=wanted.split(","), capabilities=[["gpu"]])
+            gpus = {"device_requests": [request]}
+        return {**cpu, **gpus, "mounts": mounts, "network_mode": "none", "privileged": False,
+                "mem_limit": self.memory, "cgroupns": "host"}
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        job_path = self.workdir / "job.json"
+        out_dir = self.workdir / "out"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(job_path, job)
+        environment = {"HOME": "/tmp", **({"CUDA_VISIBLE_DEVICES": ""} if self.scenario.processor == "CPU" else {})}
+        try:
+            self.container = self.client.containers.create(
+                self.image, ["python", "-m", "dlvirt.harness", JOB_PATH, OUT_DIR],
+                name=f"dlvirt-{self.run_id}", labels={**docker_engine.labels(self.run_id),
+                                                      "dlvirt.scenario": self.scenario.name},
+                # Relative paths in the job resolve as on the host: same working directory.
+                working_dir=os.getcwd(), user=f"{os.getuid()}:{os.getgid()}", environment=environment,
+                **self._host_config(job_path, out_dir, job))
+            self.launched_unix = time.time()
+            self.container.start()
+        except DockerException as exc:
+            raise PlatformError(f"could not start the container: {exc}") from None
+        logs = threading.Thread(target=self._copy_logs, name="dlvirt-container-logs", daemon=True)
+        logs.start()
+        try:
+            status = self.container.wait(timeout=timeout_s)
+        except RequestException:
+            with contextlib.suppress(DockerException):
+                self.container.kill()
+            raise PlatformError(f"harness exceeded the {timeout_s:.0f} s timeout; container killed") from None
+        logs.join(timeout=10)
+        self.container.reload()
+        state = self.container.attrs["State"]
+        if status["StatusCode"] != 0:
+            why = " (out of memory: platforms.CN.memory)" if state.get("OOMKilled") else ""
+            raise PlatformError(f"harness exited with status {status['StatusCode']} in container "
+                                f"{self.container.short_id}{why} (see the log above)")
+        harness: dict[str, Any] = read_json(out_dir / "harness.json")
+        self.start_to_harness_s = harness["entered_unix"] - self.launched_unix
+        return harness
+
+    def _copy_logs(self) -> None:
+        """The container's output into this job's log as it comes."""
+        with contextlib.suppress(DockerException, RequestException):
+            for chunk in self.container.logs(stream=True, follow=True):
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+
+    def expected(self) -> Expected:
+        return Expected(
+            affinity=self.cpus, nproc=len(self.cpus), cpu_count=int(self.engine["NCPU"]),
+            quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
+            container="docker", vm=None,  # the container cannot tell its hypervisor as the host does
+            cgroup_id=self.container.id, memory_limit_bytes=self.memory,
+            image=self.image_label)
+
+    def teardown(self) -> None:
+        container = getattr(self, "container", None)
+        if container is not None:
+            with contextlib.suppress(NotFound):
+                container.remove(force=True)
+            self.container = None
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+            self.client = None
+
+    def describe(self) -> dict[str, Any]:
+        mechanism = "--cpuset-cpus" if self.scenario.pinned else "--cpus (CFS quota)"
+        return {"platform": self.name, "engine": f"docker {self.engine.get('ServerVersion')}",
+                "engine_url": docker_engine.engine_url(self.config), "cgroup_driver": self.engine.get("CgroupDriver"),
+                "cpu_mechanism": mechanism, "accel": "none", "cpus": list(self.cpus), "image": self.image,
+                "image_id": self.image_id, "memory_bytes": self.memory, "network": "none",
+                "start_to_harness_s": getattr(self, "start_to_harness_s", None)}

@@ -1,0 +1,17 @@
+# Platform images. CN: built offline from envs/cn.Dockerfile (dlvirt.container_image), named by the
+# hash of its inputs, so nothing is rebuilt while they stay the same; with platforms.CN.image set,
+# that image is used (pulled if the engine lacks it). The marker records which image CN jobs run.
+rule cn_image:
+    input:
+        [str(path) for path in cn_image_inputs(Path("."))],
+    output:
+        CN_IMAGE_MARKER,
+    params:
+        settings=quoted_json(config["platforms"]["CN"]),
+        image=CN_IMAGE,
+    log:
+        "results/logs/images/cn.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt image --settings {params.settings} --output {output} > {log} 2>&1"
