@@ -14,6 +14,7 @@ include: "workflow/rules/datasets.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/report.smk"
 
 
 onstart:

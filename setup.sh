@@ -10,6 +10,7 @@ cd "$(dirname "$(readlink -f "$0")")"
 APT_PACKAGES=(
   python3 python3-venv python3-dev build-essential pkg-config
   e2fsprogs util-linux procps
+  chromium                   # tests/test_report.py opens results/report.html in a headless browser
 )
 
 SUDO=""

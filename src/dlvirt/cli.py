@@ -61,6 +61,45 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from dlvirt.atomic import write_json_atomic
+    from dlvirt.coverage import plan_document
+    from dlvirt.hostinfo import capabilities
+    from dlvirt.matrix import expand
+
+    config = json.loads(args.config)
+    caps = capabilities() if config["host_check"] else None
+    plan = expand(config, caps)
+    jobs = [{**job.wildcards, "scenario": job.scenario.name} for job in plan.jobs]
+    write_json_atomic(Path(args.output), plan_document(config, jobs, plan.left_out, caps.cores if caps else None))
+    return 0
+
+
+def _cmd_tables(args: argparse.Namespace) -> int:
+    from dlvirt.tables import write_tables
+
+    write_tables([Path(p) for p in args.runs], Path(args.host), Path(args.plan), Path(args.table1), Path(args.table2))
+    return 0
+
+
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from dlvirt.claims import write_claims
+
+    table = write_claims(Path(args.summary), Path(args.host), Path(args.plan), Path(args.output))
+    for row in table.itertuples():
+        print(f"{row.id}: {row.verdict}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dlvirt.report import write_report
+
+    write_report(Path(args.output), figures={Path(p).stem: Path(p) for p in args.figures},
+                 summary=Path(args.summary), host=Path(args.host), plan=Path(args.plan), claims=Path(args.claims),
+                 table1=Path(args.table1), table2=Path(args.table2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dlvirt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +137,37 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("cleanup", help="remove cgroups/containers/VMs left by a killed run")
     p.set_defaults(func=_cmd_cleanup)
+
+    p = sub.add_parser("plan", help="write the study plan: the jobs, and what was left out and why")
+    p.add_argument("--config", required=True, help="the validated config as JSON")
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("tables", help="write the paper's Tables I and II from run records")
+    p.add_argument("--host", required=True)
+    p.add_argument("--plan", required=True)
+    p.add_argument("--table1", required=True)
+    p.add_argument("--table2", required=True)
+    p.add_argument("runs", nargs="*")
+    p.set_defaults(func=_cmd_tables)
+
+    p = sub.add_parser("claims", help="check the paper's claims against the summary")
+    p.add_argument("--summary", required=True)
+    p.add_argument("--host", required=True)
+    p.add_argument("--plan", required=True)
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cmd_claims)
+
+    p = sub.add_parser("report", help="write the self-contained HTML report")
+    p.add_argument("--summary", required=True)
+    p.add_argument("--host", required=True)
+    p.add_argument("--plan", required=True)
+    p.add_argument("--claims", required=True)
+    p.add_argument("--table1", required=True)
+    p.add_argument("--table2", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("figures", nargs="*", help="figure PNGs, named <figure id>.png")
+    p.set_defaults(func=_cmd_report)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

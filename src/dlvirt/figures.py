@@ -1,8 +1,16 @@
-"""Plotting shared by the figure notebooks: one look for every figure of the study."""
+"""Plotting shared by the figure notebooks: one look for every figure of the study.
+
+Every figure draws whatever subset of rows the summaries hold. A panel with nothing to draw says
+"not measured on this host" and why (the plan's left-out reasons, passed in as ``gaps``), instead
+of failing or vanishing. Rows measured on an edge host (``site`` other than local) appear only in
+the edge figure.
+"""
 
 from __future__ import annotations
 
 import json
+import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -10,24 +18,80 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+
+from dlvirt.coverage import reasons  # noqa: E402
 
 PLATFORM_ORDER = ["BM", "CN", "VM", "VMCN", "MVM"]
 PLATFORM_COLOURS = dict(zip(PLATFORM_ORDER, sns.color_palette("colorblind", len(PLATFORM_ORDER)), strict=True))
 PINNING_STYLE = {"VNL": "-", "PIN": "--"}
 PINNING_MARKER = {"VNL": "o", "PIN": "s"}
+PHASES = {"pre_s": "pre-processing", "infer_s": "inference", "post_s": "post-processing"}
+PHASE_COLOURS = dict(zip(PHASES, sns.color_palette("Set2", 3), strict=True))
+EMULATED_HATCH = "//"
+LOCAL_SITE = "local"
+SITE = "site"        # which host measured a row: absent or "local" = the main host
+BOOT = "boot_s"      # mean platform boot time of a row, where the platform boots (VM, MVM, VMCN)
+Gaps = list[list[str]] | list[tuple[str, str]] | None
 
 
 def apply_style() -> None:
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
 
 
+# -- rows -------------------------------------------------------------------------------------------
+
 def load_summary(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame()
     return pd.read_csv(path)
+
+
+def load_summaries(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """Rows of every summary, with ``site`` filled in ("local" where the column is absent or empty)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    frames = [f for f in (load_summary(p) for p in paths) if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    frame = pd.concat(frames, ignore_index=True)
+    site = frame[SITE] if SITE in frame else pd.Series(LOCAL_SITE, index=frame.index)
+    frame[SITE] = site.fillna(LOCAL_SITE).replace("", LOCAL_SITE).astype(str)
+    return frame
+
+
+def main_site(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame if frame.empty else frame[frame[SITE] == LOCAL_SITE]
+
+
+def edge_sites(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame if frame.empty else frame[frame[SITE] != LOCAL_SITE]
+
+
+def select(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
+    """Rows whose columns equal the given values (a tuple/list value means any of them)."""
+    if frame.empty:
+        return frame
+    keep = pd.Series(True, index=frame.index)
+    for column, value in where.items():
+        if isinstance(value, (tuple, list)):
+            keep &= frame[column].isin(value)
+        else:
+            keep &= frame[column] == value
+    return frame[keep]
+
+
+def emulated(rows: pd.DataFrame) -> pd.Series:
+    return rows["accel"].astype(str).eq("tcg") if "accel" in rows else pd.Series(False, index=rows.index)
+
+
+def host_cores(host_json: str | Path | None) -> int | None:
+    if not host_json or not Path(host_json).exists():
+        return None
+    return int(json.loads(Path(host_json).read_text())["capabilities"]["cores"])
 
 
 def host_label(host_json: str | Path | None) -> str:
@@ -38,55 +102,312 @@ def host_label(host_json: str | Path | None) -> str:
     return f"host: {facts.get('cpu_model', '?')}, {caps.get('cores', '?')} cores"
 
 
-def not_measured(ax: plt.Axes, reason: str) -> None:
-    ax.text(0.5, 0.5, f"not measured on this host:\n{reason}", ha="center", va="center",
-            transform=ax.transAxes, fontsize=11, wrap=True,
+# -- panels -----------------------------------------------------------------------------------------
+
+def not_measured(ax: plt.Axes, reason: str | list[str]) -> None:
+    lines = [reason] if isinstance(reason, str) else list(reason)
+    wrapped = "\n".join(textwrap.fill(line, 58) for line in lines[:3])
+    if len(lines) > 3:
+        wrapped += f"\n(and {len(lines) - 3} more reasons)"
+    ax.text(0.5, 0.5, f"not measured on this host:\n{wrapped}", ha="center", va="center",
+            transform=ax.transAxes, fontsize=9,
             bbox={"boxstyle": "round", "facecolor": "#f3f3f3", "edgecolor": "#999999"})
     ax.set_xticks([])
     ax.set_yticks([])
+    ax.grid(False)
+
+
+def why_missing(gaps: Gaps, fallback: str, **where: Any) -> list[str]:
+    """The plan's reasons for rows matching ``where`` being absent, or ``fallback`` if it gave none.
+    Asked about platforms, their own reasons come before those of whole apps left out."""
+    return reasons(gaps or [], detail=where.get("platforms") is not None, **where) or [fallback]
+
+
+def absent_note(ax: plt.Axes, rows: pd.DataFrame, platforms: Iterable[str], gaps: Gaps, **where: Any) -> None:
+    """Under the axes: which of ``platforms`` have no rows here, and the plan's reasons."""
+    absent = tuple(p for p in platforms if rows.empty or p not in set(rows["platform"]))
+    if not absent:
+        return
+    why = "; ".join(why_missing(gaps, "not in the summary", platforms=absent, **where))
+    ax.text(0.0, -0.2, textwrap.fill(f"not measured on this host: {', '.join(absent)} — {why}", 100),
+            transform=ax.transAxes, fontsize=7, va="top", color="#555555")
 
 
 def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, processor: str,
-                 value: str = "mean_s", ci: str = "ci95_s", ylabel: str = "E2E inference time (s)") -> bool:
+                 gaps: Gaps = None, value: str = "mean_s", ci: str = "ci95_s",
+                 ylabel: str = "E2E inference time (s)") -> bool:
     """Lines of ``value`` against cores, one per platform × pinning, with 95 % CI bars.
 
     Emulated (TCG) points are drawn hollow and say so in the legend. Returns False (and draws a
     'not measured' note) when there is nothing to plot."""
-    rows = frame
-    if not rows.empty:
-        rows = rows[(rows["tool"] == tool) & (rows["app"] == app) & (rows["processor"] == processor)]
+    rows = select(main_site(frame), tool=tool, app=app, processor=processor)
     if rows.empty:
-        not_measured(ax, f"no {tool} {app.upper()} runs on {processor}")
+        not_measured(ax, why_missing(gaps, f"no {tool} {app.upper()} runs on {processor} in the summary",
+                                     tool=tool, app=app, processor=processor))
         return False
     levels = sorted(rows["cores"].unique())
     position = {c: i for i, c in enumerate(levels)}
     for platform in [p for p in PLATFORM_ORDER if p in set(rows["platform"])]:
         for pinning in ("VNL", "PIN"):
-            line = rows[(rows["platform"] == platform) & (rows["pinning"] == pinning)].sort_values("cores")
+            line = select(rows, platform=platform, pinning=pinning).sort_values("cores")
             if line.empty:
                 continue
-            emulated = bool((line.get("accel", pd.Series(dtype=str)) == "tcg").any())
-            label = f"{platform} {pinning}" + (" (emulated, TCG)" if emulated else "")
+            tcg = bool(emulated(line).any())
+            label = f"{platform} {pinning}" + (" (emulated, TCG)" if tcg else "")
             ax.errorbar([position[c] for c in line["cores"]], line[value], yerr=line[ci].fillna(0),
                         color=PLATFORM_COLOURS[platform], linestyle=PINNING_STYLE[pinning],
-                        marker=PINNING_MARKER[pinning], markerfacecolor="none" if emulated else None,
+                        marker=PINNING_MARKER[pinning], markerfacecolor="none" if tcg else None,
                         capsize=3, label=label)
     ax.set_xticks(range(len(levels)), [str(c) for c in levels])
     ax.set_xlabel("scale-up level (cores)")
     ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
     ax.legend(title="platform, CPU mode", fontsize=8)
+    absent_note(ax, rows, PLATFORM_ORDER, gaps, tool=tool, app=app, processor=processor)
     return True
 
 
-def e2e_vs_cores_figure(summary: str | Path, *, tool: str, app: str, processor: str, title: str,
-                        host: str | Path | None = None) -> plt.Figure:
-    apply_style()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    e2e_vs_cores(ax, load_summary(summary), tool=tool, app=app, processor=processor)
-    ax.set_title(title)
+def _footer(fig: plt.Figure, host: str | Path | None) -> None:
     label = host_label(host)
     if label:
         fig.text(0.01, 0.005, label, fontsize=7, color="#555555")
+
+
+def e2e_vs_cores_figure(summaries: str | Path | Iterable[str | Path], *, tool: str, app: str,
+                        processors: Iterable[str] = ("CPU",), title: str, host: str | Path | None = None,
+                        gaps: Gaps = None, ylabel: str = "E2E inference time (s)") -> plt.Figure:
+    """One panel per processor (Figures 4–8)."""
+    apply_style()
+    processors = list(processors)
+    frame = load_summaries(summaries)
+    fig, axes = plt.subplots(1, len(processors), figsize=(6.4 * len(processors), 4.2), squeeze=False)
+    for ax, processor in zip(axes[0], processors, strict=True):
+        e2e_vs_cores(ax, frame, tool=tool, app=app, processor=processor, gaps=gaps, ylabel=ylabel)
+        if len(processors) > 1:
+            ax.set_title(processor)
+    fig.suptitle(title)
+    _footer(fig, host)
+    fig.tight_layout()
+    return fig
+
+
+def _bars(ax: plt.Axes, groups: list[str], series: list[tuple[str, pd.Series, pd.Series, pd.Series, Any]],
+          *, annotate: str = "{:.2f}") -> None:
+    """Grouped bars: ``series`` = (label, heights, CI half-widths, emulated flags, colour) per bar kind,
+    each indexed by the group names (missing groups leave a gap)."""
+    width = 0.8 / max(1, len(series))
+    for k, (label, heights, errors, tcg, colour) in enumerate(series):
+        xs = [g + (k - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        for x, group in zip(xs, groups, strict=True):
+            if group not in heights.index or pd.isna(heights[group]):
+                continue
+            is_tcg = bool(tcg.get(group, False))
+            ax.bar(x, heights[group], width, yerr=np.nan_to_num(errors.get(group, np.nan)), capsize=3,
+                   color=colour, edgecolor="black", linewidth=0.4, hatch=EMULATED_HATCH if is_tcg else None)
+            top = heights[group] + np.nan_to_num(errors.get(group, 0.0))
+            ax.annotate(annotate.format(heights[group]), (x, top), textcoords="offset points",
+                        xytext=(0, 2), ha="center", va="bottom", fontsize=7)
+        ax.bar(np.nan, np.nan, color=colour, label=label)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.margins(y=0.18)
+
+
+def _emulated_note(ax: plt.Axes, rows: pd.DataFrame) -> None:
+    if bool(emulated(rows).any()):
+        ax.bar(np.nan, np.nan, color="white", edgecolor="black", hatch=EMULATED_HATCH, label="emulated (TCG)")
+
+
+def _level_bars(ax: plt.Axes, rows: pd.DataFrame, platforms: list[str], title: str) -> None:
+    """Bars per platform, vanilla and pinned side by side, overhead over BM (same mode) annotated."""
+    series = []
+    for pinning, colour in (("VNL", "#8da0cb"), ("PIN", "#fc8d62")):
+        mode = select(rows, pinning=pinning).set_index("platform")
+        if mode.empty:
+            continue
+        series.append((pinning, mode["mean_s"], mode["ci95_s"], emulated(mode), colour))
+    _bars(ax, platforms, series, annotate="{:.2f} s")
+    _emulated_note(ax, rows)
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel("E2E inference time (s)")
+    ax.set_ylim(bottom=0)
+    ax.legend(title="CPU mode", fontsize=8)
+
+
+def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str | Path | None,
+                      gaps: Gaps = None, app: str = "ic", processor: str = "CPU") -> plt.Figure:
+    """Figure 9: instances as large as the host (no idle host cores) next to the largest smaller
+    level (idle host cores left), BM, CN, VM and VMCN, vanilla and pinned."""
+    apply_style()
+    platforms = ["BM", "CN", "VM", "VMCN"]
+    rows = select(main_site(load_summaries(summaries)), tool="mlperf", app=app, processor=processor,
+                  platform=tuple(platforms))
+    cores = host_cores(host)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    if cores is None:
+        for ax in axes:
+            not_measured(ax, "the host's core count is unknown (no host.json)")
+    else:
+        smaller = sorted(c for c in rows["cores"].unique() if c < cores) if not rows.empty else []
+        panels = [(smaller[-1] if smaller else None, "idle host cores: {c} of {h} host cores"),
+                  (cores, "no idle host cores: {c} of {h} host cores")]
+        for ax, (level, title) in zip(axes, panels, strict=True):
+            at_level = select(rows, cores=level) if level is not None else rows.iloc[0:0]
+            if at_level.empty:
+                fallback = (f"no {app.upper()} runs below the host's {cores} cores" if level is None
+                            else f"no {app.upper()} runs with {level} cores")
+                not_measured(ax, why_missing(gaps, fallback, tool="mlperf", app=app, processor=processor,
+                                             platforms=tuple(platforms), cores=level))
+                ax.set_title(title.format(c=level if level else "fewer", h=cores), fontsize=10)
+                continue
+            present = [p for p in platforms if p in set(at_level["platform"])]
+            _level_bars(ax, at_level, present, title.format(c=level, h=cores))
+            absent_note(ax, at_level, platforms, gaps, tool="mlperf", app=app, processor=processor, cores=level)
+    fig.suptitle(f"Fig. 9: {app.upper()} E2E time without idle host cores ({processor})")
+    _footer(fig, host)
+    fig.tight_layout()
+    return fig
+
+
+def normalised(rows: pd.DataFrame, by: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Mean and CI divided per ``by`` group by BM's mean (or the group's fastest when BM is absent);
+    also the reference used per group."""
+    out = []
+    reference = {}
+    for key, group in rows.groupby(by, sort=False):
+        bm = group[group["platform"] == "BM"]
+        base = float(bm["mean_s"].iloc[0]) if not bm.empty else float(group["mean_s"].min())
+        reference[str(key)] = "BM" if not bm.empty else "fastest"
+        out.append(group.assign(norm=group["mean_s"] / base, norm_ci=group["ci95_s"] / base))
+    return (pd.concat(out) if out else rows.assign(norm=[], norm_ci=[])), reference
+
+
+def _normalised_bars(ax: plt.Axes, rows: pd.DataFrame, apps: list[str]) -> None:
+    norm, reference = normalised(rows, "app")
+    groups = [f"{a.upper()}\n(÷ {reference[a]})" for a in apps if a in reference]
+    label = {a: f"{a.upper()}\n(÷ {reference[a]})" for a in reference}
+    series = []
+    for platform in [p for p in PLATFORM_ORDER if p in set(norm["platform"])]:
+        mine = norm[norm["platform"] == platform].assign(group=lambda d: d["app"].map(label)).set_index("group")
+        series.append((platform, mine["norm"], mine["norm_ci"], emulated(mine), PLATFORM_COLOURS[platform]))
+    _bars(ax, groups, series)
+    _emulated_note(ax, rows)
+    ax.axhline(1.0, color="#333333", linewidth=0.8, linestyle=":")
+    ax.set_ylabel("E2E time, normalised per app")
+    ax.set_ylim(0, 1.3 * float((norm["norm"] + norm["norm_ci"].fillna(0)).max()))
+    ax.legend(fontsize=8, ncols=len(series) + 1, loc="upper left")
+
+
+def mvm_figure(summaries: str | Path | Iterable[str | Path], *, host: str | Path | None = None,
+               gaps: Gaps = None) -> plt.Figure:
+    """Figure 10: at the largest MVM level (VNL, CPU), every platform's E2E time normalised per app,
+    and the platforms' boot times."""
+    apply_style()
+    frame = main_site(load_summaries(summaries))
+    rows = select(frame, tool="mlperf", pinning="VNL", processor="CPU")
+    mvm = select(rows, platform="MVM")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
+    if mvm.empty:
+        why = why_missing(gaps, "no MVM runs in the summary", tool="mlperf", processor="CPU", platforms=("MVM",))
+        not_measured(left, why)
+        not_measured(right, why)
+    else:
+        level = int(mvm["cores"].max())
+        at_level = select(rows, cores=level)
+        apps = [a for a in ("ic", "sr", "nlp", "rs") if a in set(at_level["app"])]
+        _normalised_bars(left, at_level, apps)
+        left.set_title(f"E2E time, {level} cores, vanilla, CPU", fontsize=10)
+        absent_note(left, at_level, PLATFORM_ORDER, gaps, tool="mlperf", processor="CPU", cores=level)
+        boots = at_level.dropna(subset=[BOOT]) if BOOT in at_level else at_level.iloc[0:0]
+        if boots.empty:
+            not_measured(right, f"no boot times in the summary (column {BOOT}, recorded by booting platforms)")
+        else:
+            per_platform = boots.groupby("platform")[BOOT].agg(["mean", "std"])
+            order = [p for p in PLATFORM_ORDER if p in per_platform.index]
+            tcg = boots.groupby("platform").apply(lambda d: bool(emulated(d).any()), include_groups=False)
+            for i, platform in enumerate(order):
+                mean, sd = per_platform.loc[platform, "mean"], np.nan_to_num(per_platform.loc[platform, "std"])
+                right.bar(i, mean, yerr=sd, capsize=3, color=PLATFORM_COLOURS[platform], edgecolor="black",
+                          linewidth=0.4, hatch=EMULATED_HATCH if tcg.get(platform, False) else None)
+                right.annotate(f"{mean:.1f} s", (i, mean + sd), textcoords="offset points", xytext=(0, 2),
+                               ha="center", fontsize=7)
+            right.set_xticks(range(len(order)), order)
+            right.set_ylabel("boot time (s)")
+            right.set_title("boot time (mean ± sd over runs)", fontsize=10)
+            _emulated_note(right, boots)
+            if bool(emulated(boots).any()):
+                right.legend(fontsize=8)
+    fig.suptitle("Fig. 10: MVM against the other platforms")
+    _footer(fig, host)
+    fig.tight_layout()
+    return fig
+
+
+def edge_figure(summaries: str | Path | Iterable[str | Path], *, gaps: Gaps = None,
+                apps: tuple[str, ...] = ("ic", "sr")) -> plt.Figure:
+    """Figure 11: per edge site, each platform's E2E time (vanilla, CPU, the site's largest level)
+    normalised per app."""
+    apply_style()
+    rows = select(edge_sites(load_summaries(summaries)), tool="mlperf", app=apps, processor="CPU", pinning="VNL")
+    sites = sorted(rows[SITE].unique()) if not rows.empty else []
+    fig, axes = plt.subplots(1, max(1, len(sites)), figsize=(6.4 * max(1, len(sites)), 4.2), squeeze=False)
+    if not sites:
+        not_measured(axes[0][0], "no edge host was measured (no summary rows with a site other than local)")
+    for ax, site in zip(axes[0], sites, strict=False):
+        at_site = rows[rows[SITE] == site]
+        at_site = at_site[at_site["cores"] == at_site.groupby("app")["cores"].transform("max")]
+        _normalised_bars(ax, at_site, [a for a in apps if a in set(at_site["app"])])
+        levels = ", ".join(str(c) for c in sorted(at_site["cores"].unique()))
+        ax.set_title(f"edge host {site}: {levels} cores, vanilla, CPU", fontsize=10)
+    fig.suptitle("Fig. 11: execution platforms on the edge")
+    fig.tight_layout()
+    return fig
+
+
+def phase_shares(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each phase's share of the time spent in the phases (they overlap in the pipeline, so shares
+    of their sum, not of E2E)."""
+    total = rows[list(PHASES)].sum(axis=1)
+    return rows[list(PHASES)].div(total.where(total > 0), axis=0)
+
+
+def scenario_order(rows: pd.DataFrame) -> pd.DataFrame:
+    if rows.empty:
+        return rows
+    rank = {p: i for i, p in enumerate(PLATFORM_ORDER)}
+    return rows.assign(_p=rows["platform"].map(rank), _m=rows["pinning"].map({"VNL": 0, "PIN": 1})) \
+        .sort_values(["processor", "_p", "_m", "cores"]).drop(columns=["_p", "_m"])
+
+
+def phases_figure(summaries: str | Path | Iterable[str | Path], *, app: str, host: str | Path | None = None,
+                  gaps: Gaps = None, tool: str = "mlperf") -> plt.Figure:
+    """Stacked bars of phase shares, one per scenario, mean E2E time beside each."""
+    apply_style()
+    rows = scenario_order(select(main_site(load_summaries(summaries)), tool=tool, app=app))
+    height = max(2.6, 0.32 * len(rows) + 1.4)
+    fig, ax = plt.subplots(figsize=(7.5, height))
+    if rows.empty:
+        not_measured(ax, why_missing(gaps, f"no {tool} {app.upper()} runs in the summary", tool=tool, app=app))
+    else:
+        shares = phase_shares(rows)
+        labels = [s + (" (TCG)" if t else "") for s, t in zip(rows["scenario"], emulated(rows), strict=True)]
+        left = np.zeros(len(rows))
+        for phase, name in PHASES.items():
+            ax.barh(range(len(rows)), shares[phase].fillna(0), left=left, color=PHASE_COLOURS[phase], label=name)
+            for y, (x0, w) in enumerate(zip(left, shares[phase].fillna(0), strict=True)):
+                if w >= 0.08:
+                    ax.text(x0 + w / 2, y, f"{w:.0%}", ha="center", va="center", fontsize=7)
+            left += shares[phase].fillna(0).to_numpy()
+        for y, (mean, ci) in enumerate(zip(rows["mean_s"], rows["ci95_s"], strict=True)):
+            ci_text = "" if pd.isna(ci) else f" ± {ci:.2f}"
+            ax.text(1.02, y, f"{mean:.2f}{ci_text} s", va="center", fontsize=7, transform=ax.get_yaxis_transform())
+        ax.set_yticks(range(len(rows)), labels, fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xlim(0, 1)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.set_xlabel("share of the time spent in the phases (E2E mean ± 95 % CI on the right)")
+        ax.legend(ncols=3, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.set_title(f"Phase breakdown: {app.upper()} ({tool})", pad=24 if not rows.empty else 6)
+    _footer(fig, host)
     fig.tight_layout()
     return fig
 

@@ -10,6 +10,8 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dlvirt.apps import app_class  # noqa: E402
+from dlvirt.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
+from dlvirt.coverage import APPS, TOOLS, study_gaps  # noqa: E402
 from dlvirt.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.hostinfo import capabilities  # noqa: E402
 from dlvirt.matrix import ConfigError, expand as expand_plan  # noqa: E402
@@ -38,9 +40,17 @@ RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.j
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
 
-# Figure id -> the per-app summaries its notebook reads (notebooks/<id>.ipynb draws it).
+# Figure id -> its notebook, the per-app summaries it reads (only those: one figure builds only
+# what it needs), extra papermill parameters, and the plan's reasons for rows it may lack.
+# What each figure shows is in src/dlvirt/catalog.py.
 FIGURES = {
-    "fig4a": {"summary": SUMMARY_FILE.format(tool="mlperf", app="ic")},
+    spec.id: {
+        "notebook": f"notebooks/{spec.notebook_name}.ipynb",
+        "summaries": [SUMMARY_FILE.format(tool=spec.tool, app=app) for app in spec.apps],
+        "parameters": spec.parameters,
+        "gaps": study_gaps(PLAN.left_out, config["study"], (spec.tool,), spec.apps),
+    }
+    for spec in FIGURE_SPECS
 }
 
 
@@ -122,9 +132,33 @@ def framework_env(wildcards):
     return f"../../envs/{app_class(wildcards.app).framework}.yaml"
 
 
+def figure_parameters(wildcards, input, output):
+    """The notebook's papermill parameters as one YAML (JSON) shell word: a change to the plan's
+    reasons for this figure's missing rows reruns this figure only."""
+    figure = FIGURES[wildcards.fig]
+    return quoted_json(
+        {
+            "summaries": list(input.summaries),
+            "host": input.host,
+            "png": output.png,
+            "pdf": output.pdf,
+            "gaps": figure["gaps"],
+            **figure["parameters"],
+        }
+    )
+
+
+def figure_files():
+    return [f"results/figures/{fig}.png" for fig in FIGURES]
+
+
 def all_targets():
     return [
         "results/host.json",
         "results/summary.csv",
-        *(f"results/figures/{fig}.png" for fig in FIGURES),
+        *figure_files(),
+        "results/tables/table1.csv",
+        "results/tables/table2.csv",
+        "results/claims.csv",
+        "results/report.html",
     ]

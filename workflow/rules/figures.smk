@@ -1,17 +1,18 @@
 # One papermill-executed notebook per figure; the executed copy is kept next to the figure.
 rule figure:
     input:
-        notebook="notebooks/{fig}.ipynb",
-        summary=lambda w: FIGURES[w.fig]["summary"],
+        notebook=lambda w: FIGURES[w.fig]["notebook"],
+        summaries=lambda w: FIGURES[w.fig]["summaries"],
         host="results/host.json",
     output:
-        png="results/figures/{fig}.png",
+        png=report("results/figures/{fig}.png", category="Figures"),
         pdf="results/figures/{fig}.pdf",
         notebook="results/notebooks/{fig}.ipynb",
+    params:
+        parameters=figure_parameters,
     log:
         "results/logs/figures/{fig}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "papermill {input.notebook} {output.notebook} -p summary {input.summary}"
-        " -p host {input.host} -p png {output.png} -p pdf {output.pdf} > {log} 2>&1"
+        "papermill {input.notebook} {output.notebook} -y {params.parameters} > {log} 2>&1"

@@ -1,0 +1,121 @@
+"""What a study measured and what it left out, in the words figures, claims and the report use.
+
+The plan's left-out entries are ``(what, why)`` pairs as ``dlvirt.matrix`` writes them; ``what`` is
+one of
+- a scenario name, ``VM/2/VNL/CPU``: the host cannot run that scenario;
+- ``<tool> <app> <scenario>``: the app cannot run in that scenario;
+- ``app X (every scenario)`` / ``tool X (every scenario)``: not implemented.
+Apps, tools and platforms the config does not ask for are not in the plan at all; ``study_gaps``
+adds them (``platform X (every scenario)`` too) so that a figure can say why its rows are missing. Kept free of heavy imports: the Snakefile uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dlvirt.scenario import PLATFORMS, Scenario
+
+APPS = ("ic", "sr", "nlp", "rs")
+TOOLS = ("mlperf", "dlbs")
+EVERY_SCENARIO = "(every scenario)"
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One left-out entry, parsed: which tool/app/scenario it concerns (None = all of them)."""
+
+    what: str
+    why: str
+    tool: str | None = None
+    app: str | None = None
+    platform: str | None = None
+    scenario: Scenario | None = None
+
+    @classmethod
+    def parse(cls, what: str, why: str) -> Gap:
+        parts = what.split()
+        if what.endswith(EVERY_SCENARIO) and parts[0] in ("app", "tool", "platform"):
+            return cls(what, why, **{parts[0]: parts[1]})
+        if len(parts) == 3:
+            return cls(what, why, tool=parts[0], app=parts[1], scenario=Scenario.parse(parts[2]))
+        if len(parts) == 1:
+            return cls(what, why, scenario=Scenario.parse(parts[0]))
+        raise ValueError(f"left-out entry {what!r} is in no known form")
+
+    def concerns(self, *, tool: str | None = None, app: str | None = None, processor: str | None = None,
+                 platforms: tuple[str, ...] | None = None, cores: int | None = None) -> bool:
+        """Whether rows matching the filter (None = any) may be missing because of this entry."""
+        if tool is not None and self.tool not in (None, tool):
+            return False
+        if app is not None and self.app not in (None, app):
+            return False
+        if self.platform is not None:
+            return platforms is None or self.platform in platforms
+        s = self.scenario
+        if s is None:
+            return True
+        return ((processor is None or s.processor == processor)
+                and (platforms is None or s.platform in platforms)
+                and (cores is None or s.cores == cores))
+
+
+def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
+               tools: tuple[str, ...] = TOOLS, apps: tuple[str, ...] = APPS) -> list[tuple[str, str]]:
+    """The left-out entries that concern ``tools`` × ``apps``, plus those the config does not ask for."""
+    gaps = [(f"tool {tool} {EVERY_SCENARIO}", "not in study.tools of this config")
+            for tool in tools if tool not in study["tools"]]
+    gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
+             for app in apps if app not in study["apps"]]
+    in_matrix = {platform for block in study["matrix"] for platform in block["platforms"]}
+    gaps += [(f"platform {platform} {EVERY_SCENARIO}", "not in study.matrix of this config")
+             for platform in PLATFORMS if platform not in in_matrix]
+    for what, why in left_out:
+        gap = Gap.parse(what, why)
+        if (gap.tool is None or gap.tool in tools) and (gap.app is None or gap.app in apps):
+            gaps.append((what, why))
+    return gaps
+
+
+def reasons(gaps: list[tuple[str, str]] | list[list[str]], *, detail: bool = False, **where: Any) -> list[str]:
+    """Distinct reasons (in plan order) why rows matching ``where`` (see ``Gap.concerns``) are
+    missing, each naming what it concerns. A whole tool or app left out hides the scenario lines,
+    unless ``detail`` asks for both (scenario lines first)."""
+    found = [g for g in (Gap.parse(what, why) for what, why in gaps) if g.concerns(**where)]
+    whole = [f"{g.what.removesuffix(EVERY_SCENARIO).strip()}: {g.why}" for g in found
+             if g.scenario is None and g.platform is None]
+    if whole and not detail:
+        return whole
+    grouped: dict[str, list[str]] = {}
+    for gap in found:
+        if gap.scenario is not None:
+            grouped.setdefault(gap.why, []).append(gap.what)
+    platforms = [f"{g.what.removesuffix(EVERY_SCENARIO).strip()}: {g.why}" for g in found if g.platform is not None]
+    return [f"{_examples(whats)}: {why}" for why, whats in grouped.items()] + platforms + whole
+
+
+def _examples(whats: list[str], shown: int = 2) -> str:
+    head = ", ".join(whats[:shown])
+    return head if len(whats) <= shown else f"{head} and {len(whats) - shown} more"
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A short, stable fingerprint of a (validated) config, for provenance."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan_document(config: dict[str, Any], jobs: list[dict[str, str]], left_out: list[tuple[str, str]],
+                  host_cores: int | None) -> dict[str, Any]:
+    """``results/plan.json``: the matrix that ran, and what was left out and why."""
+    return {
+        "study": config["study"]["name"],
+        "config_sha256": config_hash(config),
+        "host_check": config["host_check"],
+        "host_cores": host_cores,
+        "repetitions": config["study"]["repetitions"],
+        "warmup_repetitions": config["study"]["warmup_repetitions"],
+        "jobs": jobs,
+        "left_out": [list(gap) for gap in study_gaps(left_out, config["study"])],
+    }

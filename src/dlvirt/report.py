@@ -1,0 +1,162 @@
+"""``results/report.html``: one self-contained page (figures embedded) a reader can open anywhere.
+
+Host, provenance (config hash, versions, synthetic vs real data, random vs real weights), the matrix
+that ran and what was left out and why, every figure with a reading of what it shows on this host,
+the phase breakdown per app, the paper's tables, and the verdict on each of the paper's claims.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlvirt.atomic import read_json, write_text_atomic
+from dlvirt.catalog import BY_ID, FigureSpec
+from dlvirt.coverage import reasons
+from dlvirt.figures import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
+
+TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
+
+
+def _png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _rows_for(spec: FigureSpec, frame: pd.DataFrame) -> pd.DataFrame:
+    rows = edge_sites(frame) if spec.edge else main_site(frame)
+    return select(rows, tool=spec.tool, app=spec.apps, processor=spec.processors)
+
+
+def _value(row: pd.Series) -> str:
+    ci = "" if pd.isna(row["ci95_s"]) else f" ± {row['ci95_s']:.3g}"
+    return f"{row['app'].upper()} {row['scenario']} {row['mean_s']:.3g}{ci} s"
+
+
+def on_this_host(spec: FigureSpec, frame: pd.DataFrame, gaps: list[Any]) -> str:
+    """A data-driven sentence about the figure's rows on this host."""
+    rows = _rows_for(spec, frame)
+    if rows.empty:
+        why = [r for app in spec.apps for r in reasons(gaps, tool=spec.tool, app=app)]
+        site = "on an edge host" if spec.edge else "on this host"
+        return f"Not measured {site}: " + ("; ".join(dict.fromkeys(why)) or "no rows in the summary") + "."
+    if spec.id.startswith("phases_"):
+        shares = phase_shares(rows).mean()
+        parts = ", ".join(f"{name} {shares[col]:.0%}" for col, name in PHASES.items() if pd.notna(shares[col]))
+        return f"Averaged over its {len(rows)} scenario(s), {spec.apps[0].upper()} spends: {parts}."
+    platforms = [p for p in ("BM", "CN", "VM", "VMCN", "MVM") if p in set(rows["platform"])]
+    fastest = rows.loc[rows["mean_s"].idxmin()]
+    slowest = rows.loc[rows["mean_s"].idxmax()]
+    tcg = int((rows["accel"].astype(str) == "tcg").sum()) if "accel" in rows else 0
+    text = (f"On this host: {len(rows)} scenario(s) on {', '.join(platforms)}; fastest {_value(fastest)}, "
+            f"slowest {_value(slowest)}.")
+    if tcg:
+        text += f" {tcg} of them ran emulated (TCG) and are marked as such."
+    return text
+
+
+def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, gaps: list[Any],
+                    claims: pd.DataFrame) -> list[dict[str, Any]]:
+    verdicts = dict(zip(claims["id"], claims["verdict"], strict=True)) if not claims.empty else {}
+    entries = []
+    for fig_id, png in figures.items():
+        spec = BY_ID[fig_id]
+        entries.append({
+            "id": fig_id, "title": spec.title, "src": _png_data_uri(png), "shows": spec.shows, "paper": spec.paper,
+            "host": on_this_host(spec, frame, gaps),
+            "claims": [(c, verdicts.get(c, "?")) for c in spec.claims],
+            "phases": fig_id.startswith("phases_"),
+        })
+    return entries
+
+
+def _provenance(frame: pd.DataFrame) -> list[dict[str, str]]:
+    if frame.empty:
+        return []
+    out = []
+    for (tool, app), rows in frame.groupby(["tool", "app"]):
+        out.append({"tool": tool, "app": app.upper(),
+                    "dataset": ", ".join(sorted(set(rows["dataset_source"].astype(str)))),
+                    "weights": ", ".join(sorted(set(rows["weights"].astype(str))))})
+    return out
+
+
+def _phase_table(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = scenario_order(select(main_site(frame), tool="mlperf")) if not frame.empty else frame
+    if rows.empty:
+        return pd.DataFrame()
+    shares = phase_shares(rows).rename(columns={c: f"{n} share" for c, n in PHASES.items()})
+    table = pd.concat([rows[["app", "scenario", "mean_s", "ci95_s"]], shares], axis=1)
+    table["app"] = table["app"].str.upper()
+    return table
+
+
+def _html_table(frame: pd.DataFrame, classes: str = "data") -> str:
+    if frame.empty:
+        return "<p class='none'>(no rows)</p>"
+    formatted = frame.copy()
+    for column in formatted.columns:
+        if column.endswith(" share"):
+            formatted[column] = formatted[column].map(lambda v: "" if pd.isna(v) else f"{v:.0%}")
+        elif formatted[column].dtype.kind == "f":
+            formatted[column] = formatted[column].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
+    return formatted.to_html(index=False, classes=classes, border=0, na_rep="", escape=True)
+
+
+def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, claims: Path,
+           table1: Path, table2: Path) -> str:
+    import jinja2
+
+    frame = load_summaries([summary])
+    plan_doc = read_json(plan)
+    claims_table = pd.read_csv(claims)
+    facts = read_json(host)
+    caps = facts.get("capabilities", {})
+    left_out: dict[str, list[str]] = {}
+    for what, why in plan_doc["left_out"]:
+        left_out.setdefault(why, []).append(what)
+    ran = (frame.groupby(["tool", "app"])["scenario"].apply(lambda s: ", ".join(sorted(s))).reset_index()
+           if not frame.empty else pd.DataFrame())
+    entries = _figure_entries(figures, frame, plan_doc["left_out"], claims_table)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template(TEMPLATE.name).render(
+        study=plan_doc["study"],
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        version=metadata.version("dlvirt"),
+        plan=plan_doc,
+        host_facts=[
+            ("CPU", f"{facts.get('cpu_model')} — {caps.get('cores')} usable cores, {facts.get('sockets')} socket(s), "
+                    f"NUMA {facts.get('numa_nodes')}"),
+            ("memory", f"{facts.get('memory_bytes', 0) / 2**30:.1f} GiB"),
+            ("OS, kernel", f"{facts.get('os')}, {facts.get('kernel')}"),
+            ("cgroup", f"v{caps.get('cgroup_version')}"),
+            ("KVM", "usable" if caps.get("kvm") else
+                    ("device present, no hardware virtualisation (vmx/svm)" if caps.get("kvm_device") else "absent")),
+            ("GPU", ", ".join(caps.get("gpus") or []) or "none"),
+            ("engines", ", ".join(f"{k}: {v}" for k, v in (facts.get("tools") or {}).items() if v) or "none"),
+            ("in a container", "yes" if facts.get("in_container") else "no"),
+        ],
+        packages=sorted((facts.get("packages") or {}).items()),
+        python=facts.get("python"),
+        provenance=_provenance(frame),
+        synthetic=bool(not frame.empty and (frame["dataset_source"].astype(str) != "real").any()),
+        random_weights=bool(not frame.empty and (frame["weights"].astype(str) == "random").any()),
+        claims=claims_table.to_dict("records"),
+        figures=[e for e in entries if not e["phases"]],
+        phase_figures=[e for e in entries if e["phases"]],
+        phase_table=_html_table(_phase_table(frame)),
+        ran=ran.to_dict("records") if not ran.empty else [],
+        left_out=sorted(left_out.items()),
+        table1=_html_table(pd.read_csv(table1)),
+        table2=_html_table(pd.read_csv(table2)),
+        summary_table=_html_table(frame),
+    )
+
+
+def write_report(output: Path, **inputs: Any) -> None:
+    write_text_atomic(output, render(**inputs))

@@ -1,0 +1,116 @@
+"""The paper's Tables I and II, built from the run records (what each platform and app really were).
+
+Table 1 (apps): model, framework, dataset and whether it was synthetic, weights, requests per
+workload, GPU support. Table 2 (platforms as measured): engine or hypervisor and its version,
+accelerator, the kernel the harness saw inside, image, CPU modes, framework versions inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlvirt.atomic import read_json, write_text_atomic
+from dlvirt.coverage import APPS, reasons
+from dlvirt.scenario import PLATFORMS
+
+TABLE2_COLUMNS = ["platform", "site", "engine", "hypervisor", "engine_version", "accelerator", "accelerator_note",
+                  "guest_kernel", "kernel_inside", "image", "cpu_modes", "cpu_mechanisms", "processors", "cores",
+                  "frameworks", "python", "jobs"]
+
+
+def _joined(values: Iterable[Any]) -> str:
+    items = sorted({str(v) for v in values if v not in (None, "")})
+    return ", ".join(items) if items else "-"
+
+
+def _site(record: dict[str, Any]) -> str:
+    return str(record.get("site") or record["platform"].get("site") or "local")
+
+
+def app_table(records: list[dict[str, Any]], gaps: list[Any]) -> pd.DataFrame:
+    from dlvirt.apps import app_class, implemented
+
+    rows = []
+    for app in APPS:
+        mine = [r for r in records if r["app"] == app]
+        cls = app_class(app) if app in implemented() else None
+        gpu = "-" if cls is None else ("yes" if "GPU" in cls.processors else f"no: {cls.why_no_gpu}")
+        if not mine:
+            rows.append({"app": app.upper(), "application": cls.title if cls else "-",
+                         "model": cls.model_name if cls else "-", "framework": cls.framework if cls else "-",
+                         "dataset": cls.dataset_name if cls else "-", "dataset_source": "-", "weights": "-",
+                         "requests_per_workload": "-", "batch_size": "-", "gpu_support": gpu, "gpu_measured": "no",
+                         "tools": "-", "jobs": 0,
+                         "note": "no runs: " + ("; ".join(reasons(gaps, tool="mlperf", app=app)) or "none planned")})
+            continue
+        rows.append({
+            "app": app.upper(),
+            "application": cls.title if cls else "-",
+            "model": _joined(r["model"].get("model") for r in mine),
+            "framework": _joined(r["model"].get("framework") for r in mine),
+            "dataset": _joined(r["dataset"].get("dataset") for r in mine),
+            "dataset_source": _joined(r["dataset"].get("source") for r in mine),
+            "weights": _joined(r["model"].get("weights") for r in mine),
+            "requests_per_workload": _joined(run["samples"] for r in mine for run in r["runs"]),
+            "batch_size": _joined(r["spec"].get("batch_size") for r in mine),
+            "gpu_support": gpu,
+            "gpu_measured": "yes" if any(r["scenario"]["processor"] == "GPU" for r in mine) else "no",
+            "tools": _joined(r["tool"] for r in mine),
+            "jobs": len(mine),
+            "note": "",
+        })
+    return pd.DataFrame(rows)
+
+
+def _engine_version(described: list[dict[str, Any]], host: dict[str, Any]) -> str:
+    """Versions the platform recorded itself; else the host's version of each tool its engine or
+    hypervisor names (libvirt → libvirtd, qemu → qemu)."""
+    own = {f"{k}={v}" for d in described for k, v in d.items() if "version" in k and v}
+    if own:
+        return ", ".join(sorted(own))
+    words = {w.lower() for d in described for key in ("engine", "vmm") for w in str(d.get(key) or "").split()}
+    found = [str(v) for tool, v in (host.get("tools") or {}).items()
+             if v and any(tool.startswith(w) or w.startswith(tool) for w in words)]
+    return "; ".join(found) if found else "-"
+
+
+def platform_table(records: list[dict[str, Any]], host: dict[str, Any]) -> pd.DataFrame:
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        key = (_site(record), record["scenario"]["platform"], str(record["platform"].get("accel", "none")))
+        groups.setdefault(key, []).append(record)
+    rank = {p: i for i, p in enumerate(PLATFORMS)}
+    rows = []
+    for (site, platform, accel), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank[kv[0][1]], kv[0][2])):
+        described = [r["platform"] for r in mine]
+        rows.append({
+            "platform": platform,
+            "site": site,
+            "engine": _joined(d.get("engine") for d in described),
+            "hypervisor": _joined(d.get("vmm") for d in described),
+            "engine_version": _engine_version(described, host),
+            "accelerator": accel,
+            "accelerator_note": _joined(d.get("accel_note") for d in described),
+            "guest_kernel": _joined(Path(str(d["kernel"])).name for d in described if d.get("kernel")),
+            "kernel_inside": _joined(run["observed"].get("kernel") for r in mine for run in r["runs"]),
+            "image": _joined(Path(str(d["image"])).name for d in described if d.get("image")),
+            "cpu_modes": _joined(r["scenario"]["pinning"] for r in mine),
+            "cpu_mechanisms": _joined(d.get("cpu_mechanism") for d in described),
+            "processors": _joined(r["scenario"]["processor"] for r in mine),
+            "cores": ", ".join(str(c) for c in sorted({int(r["scenario"]["cores"]) for r in mine})),
+            "frameworks": _joined(f"{name} {r['versions'][name]}" for r in mine for name in ("tensorflow", "torch")
+                                  if name in r.get("versions", {})),
+            "python": _joined(r.get("versions", {}).get("python") for r in mine),
+            "jobs": len(mine),
+        })
+    return pd.DataFrame(rows, columns=TABLE2_COLUMNS)
+
+
+def write_tables(runs: list[Path], host: Path, plan: Path, table1: Path, table2: Path) -> None:
+    records = [read_json(p) for p in runs]
+    write_text_atomic(table1, app_table(records, read_json(plan)["left_out"]).to_csv(index=False))
+    write_text_atomic(table2, platform_table(records, read_json(host)).to_csv(index=False))

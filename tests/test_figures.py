@@ -1,0 +1,109 @@
+"""Every figure notebook runs on fixture summaries: a full study, one missing platforms/GPU/edge
+(a 2-core host without GPU or KVM, and no boot_s/site columns), and an empty one."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+import nbformat
+import pytest
+from PIL import Image
+
+from conftest import REPO, tool_env
+from dlvirt import figures
+from dlvirt.catalog import FIGURES
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SUMMARIES = FIXTURES / "summaries"
+CASES = {  # fixture -> (summary, host facts, the plan's left-out entries)
+    "full": (SUMMARIES / "full.csv", FIXTURES / "host_full.json", []),
+    "partial": (SUMMARIES / "partial.csv", FIXTURES / "host_partial.json",
+                json.loads((FIXTURES / "gaps_partial.json").read_text())),
+    "empty": (SUMMARIES / "empty.csv", FIXTURES / "host_partial.json", []),
+}
+
+
+def parameters(spec, case, out: Path) -> dict:
+    summary, host, gaps = CASES[case]
+    return {"summaries": [str(summary)], "host": str(host), "png": str(out / f"{spec.id}.png"),
+            "pdf": str(out / f"{spec.id}.pdf"), "gaps": gaps, **spec.parameters}
+
+
+def run_notebook_in_process(notebook: Path, params: dict) -> None:
+    """The notebook's code cells, with the parameters injected after its parameters cell as
+    papermill does (the kernel start-up is what this saves; papermill itself is tested below)."""
+    namespace: dict = {}
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        exec(compile(cell.source, str(notebook), "exec"), namespace)  # noqa: S102 - our own notebooks
+        if "parameters" in cell.metadata.get("tags", []):
+            namespace.update(params)
+    matplotlib.pyplot.close("all")
+
+
+def assert_rendered(png: Path, pdf: Path) -> None:
+    with Image.open(png) as image:
+        image.load()
+        assert image.width >= 600 and image.height >= 300
+    assert pdf.read_bytes().startswith(b"%PDF")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("spec", FIGURES, ids=[s.id for s in FIGURES])
+def test_every_notebook_runs_on_every_fixture(spec, case, tmp_path):
+    params = parameters(spec, case, tmp_path)
+    run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", params)
+    assert_rendered(Path(params["png"]), Path(params["pdf"]))
+
+
+@pytest.mark.parametrize(("fig", "case"), [("fig4a", "full"), ("phases_nlp", "partial"), ("fig10", "partial")])
+def test_papermill_runs_a_notebook_as_the_workflow_does(fig, case, tmp_path):
+    spec = next(s for s in FIGURES if s.id == fig)
+    params = parameters(spec, case, tmp_path)
+    executed = tmp_path / "executed.ipynb"
+    cmd = [str(Path(sys.executable).parent / "papermill"), str(REPO / "notebooks" / f"{spec.notebook_name}.ipynb"),
+           str(executed), "-y", json.dumps(params)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=tool_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_rendered(Path(params["png"]), Path(params["pdf"]))
+    assert "injected-parameters" in executed.read_text()
+
+
+def texts(fig) -> str:
+    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts) + " " + " ".join(t.get_text() for t in fig.texts)
+
+
+def test_missing_panels_say_why():
+    summary, host, gaps = CASES["partial"]
+    gpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["GPU"], title="t", host=host, gaps=gaps)
+    assert "not measured on this host" in texts(gpu) and "no GPU on this host" in texts(gpu)
+    cpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["CPU"], title="t", host=host, gaps=gaps)
+    assert "CN, VM, VMCN, MVM" in texts(cpu) and "platform CN is not implemented" in texts(cpu)
+    assert "app sr: not in study.apps" in texts(figures.phases_figure(summary, app="sr", gaps=gaps))
+    assert "platform MVM is not implemented" in texts(figures.mvm_figure(summary, host=host, gaps=gaps))
+    assert "no edge host was measured" in texts(figures.edge_figure(summary, gaps=gaps))
+    matplotlib.pyplot.close("all")
+
+
+def test_edge_rows_only_in_the_edge_figure():
+    frame = figures.load_summaries([SUMMARIES / "full.csv"])
+    assert set(figures.edge_sites(frame)["site"]) == {"rpi4"}
+    assert set(figures.main_site(frame)["site"]) == {"local"}
+    partial = figures.load_summaries(SUMMARIES / "partial.csv")  # written before the site column existed
+    assert set(partial["site"]) == {"local"}
+    edge = figures.edge_figure(SUMMARIES / "full.csv")
+    assert [ax.get_title() for ax in edge.axes] == ["edge host rpi4: 4 cores, vanilla, CPU"]
+    matplotlib.pyplot.close("all")
+
+
+def test_normalised_to_bm_or_to_the_fastest():
+    frame = figures.load_summaries(SUMMARIES / "full.csv")
+    rows = figures.select(figures.main_site(frame), tool="mlperf", cores=4, pinning="VNL", processor="CPU")
+    norm, reference = figures.normalised(rows, "app")
+    assert set(reference.values()) == {"BM"}
+    assert norm[norm["platform"] == "BM"]["norm"].tolist() == pytest.approx([1.0] * 4)
+    _, without_bm = figures.normalised(rows[rows["platform"] != "BM"], "app")
+    assert set(without_bm.values()) == {"fastest"}

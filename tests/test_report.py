@@ -1,0 +1,119 @@
+"""Tables from run records, the self-contained HTML report (opened in a real headless Chromium),
+and the short targets for figures, tables, claims and the report."""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import smoke_config, snakemake, write_config
+from dlvirt.catalog import FIGURES
+from dlvirt.claims import write_claims
+from dlvirt.report import write_report
+from dlvirt.tables import write_tables
+from test_figures import CASES, FIXTURES, parameters, run_notebook_in_process, REPO
+
+RUNS = sorted((FIXTURES / "runs").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """Figures, tables, claims and the report from the fixtures, built once for this module."""
+    out = tmp_path_factory.mktemp("report")
+    summary, host, gaps = CASES["full"]
+    for spec in FIGURES:
+        run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", parameters(spec, "full", out))
+    plan = out / "plan.json"
+    plan.write_text(json.dumps({"study": "fixture", "config_sha256": "0123456789abcdef", "host_check": True,
+                                "host_cores": 4, "repetitions": 5, "warmup_repetitions": 1, "jobs": [],
+                                "left_out": CASES["partial"][2]}))
+    paths = {"summary": summary, "host": host, "plan": plan, "claims": out / "claims.csv",
+             "table1": out / "table1.csv", "table2": out / "table2.csv"}
+    write_tables(RUNS, host, plan, paths["table1"], paths["table2"])
+    write_claims(summary, host, plan, paths["claims"])
+    write_report(out / "report.html", figures={s.id: out / f"{s.id}.png" for s in FIGURES}, **paths)
+    return {**paths, "report": out / "report.html", "dir": out}
+
+
+def test_table1_from_run_records(built):
+    table = pd.read_csv(built["table1"]).set_index("app")
+    assert list(table.index) == ["IC", "SR", "NLP", "RS"]
+    ic = table.loc["IC"]
+    assert (ic["model"], ic["framework"], ic["dataset_source"], ic["weights"]) == ("ResNet50", "tensorflow",
+                                                                                 "synthetic", "random")
+    assert str(ic["requests_per_workload"]) == "16" and ic["jobs"] == 2
+    assert table.loc["SR", "note"] == "no runs: app sr: not in study.apps of this config"
+
+
+def test_table2_platforms_as_measured(built):
+    table = pd.read_csv(built["table2"]).set_index("platform")
+    bm, vm = table.loc["BM"], table.loc["VM"]
+    assert bm["engine"] == "host process" and bm["accelerator"] == "none" and bm["cpu_modes"] == "VNL"
+    assert vm["engine"] == "libvirt" and vm["hypervisor"] == "qemu" and vm["accelerator"] == "tcg"
+    assert "libvirtd (libvirt) 9.0.0" in vm["engine_version"] and "QEMU emulator" in vm["engine_version"]
+    assert vm["guest_kernel"] == "vmlinuz-6.1.0-fixture-amd64" and vm["kernel_inside"] == "6.1.0-fixture-amd64"
+    assert vm["image"] == "dlvirt-guest.qcow2" and vm["cpu_modes"] == "PIN"
+
+
+def test_report_is_self_contained(built):
+    html = built["report"].read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html)
+    assert "<link" not in html and "<script" not in html
+    assert html.count('<img src="data:image/png;base64,') == len(FIGURES)
+    for spec in FIGURES:
+        assert f'id="{spec.id}"' in html
+    for heading in ("The paper's claims on this host", "Phase breakdown per app", "What was left out, and why",
+                    "Table 1", "Table 2", "Provenance"):
+        assert heading in html
+    assert "inputs are synthetic" in html and "random weights" in html
+    assert "no GPU on this host" in html  # the plan's left-out reasons
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--virtual-time-budget=20000"]
+# Added to a copy of the report only: after load, record each image's decoded size in the DOM.
+IMAGE_PROBE = """<script>window.addEventListener("load", () => { document.body.setAttribute("data-images",
+  JSON.stringify([...document.images].map(i => [i.alt.split(":")[0], i.complete, i.naturalWidth, i.naturalHeight])));
+});</script>"""
+
+
+def test_report_renders_every_figure_in_chromium(built):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (setup.sh installs it)")
+    probed = built["dir"] / "probed.html"
+    probed.write_text(built["report"].read_text().replace("</body>", IMAGE_PROBE + "</body>"))
+    profile = built["dir"] / "chromium-profile"
+    proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", probed.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    match = re.search(r'data-images="([^"]*)"', proc.stdout)
+    assert match, f"no image probe in Chromium's DOM (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    images = json.loads(match.group(1).replace("&quot;", '"'))
+    assert sorted(i[0] for i in images) == sorted(s.id for s in FIGURES)
+    broken = [i for i in images if not (i[1] and i[2] >= 600 and i[3] >= 300)]
+    assert not broken, f"figures not decoded by Chromium: {broken}"
+
+
+def jobs_that_would_run(workdir: Path, target: str, config: Path) -> dict[str, int]:
+    proc = snakemake(workdir, target, "--configfile", str(config), "-n", "--quiet", "rules")
+    counts = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_short_targets_build_only_what_they_need(workflow_dir):
+    config = write_config(workflow_dir / "smoke.yaml", smoke_config())
+    fig10 = jobs_that_would_run(workflow_dir, "fig10", config)
+    assert fig10["figure"] == 1 and fig10["summarise_app"] == 4  # one summary per app it draws
+    assert not {"summary", "report", "claims", "tables"} & set(fig10)
+    claims = jobs_that_would_run(workflow_dir, "claims", config)
+    assert claims["claims"] == 1 and claims["study_plan"] == 1 and "figure" not in claims
+    report = jobs_that_would_run(workflow_dir, "report", config)
+    assert report["figure"] == len(FIGURES) and report["tables"] == 1 and report["claims"] == 1

@@ -1,0 +1,84 @@
+# The study plan, the paper's tables, the claim checks and the self-contained HTML report, plus a
+# short target per figure (`snakemake --cores 1 fig7a`).
+rule study_plan:
+    output:
+        "results/plan.json",
+    params:
+        config=quoted_json(config),
+    log:
+        "results/logs/report/plan.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt plan --config {params.config} --output {output} > {log} 2>&1"
+
+
+rule tables:
+    input:
+        runs=[run for tool in TOOLS for app in APPS for run in run_files(tool, app)],
+        host="results/host.json",
+        plan="results/plan.json",
+    output:
+        table1="results/tables/table1.csv",
+        table2="results/tables/table2.csv",
+    log:
+        "results/logs/report/tables.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt tables --host {input.host} --plan {input.plan} --table1 {output.table1}"
+        " --table2 {output.table2} {input.runs} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        summary="results/summary.csv",
+        host="results/host.json",
+        plan="results/plan.json",
+    output:
+        "results/claims.csv",
+    log:
+        "results/logs/report/claims.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt claims --summary {input.summary} --host {input.host} --plan {input.plan}"
+        " --output {output} > {log} 2>&1"
+
+
+rule report:
+    input:
+        figures=figure_files(),
+        summary="results/summary.csv",
+        host="results/host.json",
+        plan="results/plan.json",
+        claims="results/claims.csv",
+        table1="results/tables/table1.csv",
+        table2="results/tables/table2.csv",
+    output:
+        "results/report.html",
+    log:
+        "results/logs/report/report.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt report --summary {input.summary} --host {input.host} --plan {input.plan}"
+        " --claims {input.claims} --table1 {input.table1} --table2 {input.table2}"
+        " --output {output} {input.figures} > {log} 2>&1"
+
+
+rule figures:
+    localrule: True
+    input:
+        figure_files(),
+
+
+for _fig in FIGURES:
+
+    rule:
+        name:
+            _fig
+        localrule: True
+        input:
+            f"results/figures/{_fig}.png",
+            f"results/figures/{_fig}.pdf",
