@@ -9,6 +9,8 @@ from dlvirt.apps.base import App
 _REGISTRY = {
     "ic": "dlvirt.apps.ic:ImageClassification",
     "nlp": "dlvirt.apps.nlp:QuestionAnswering",
+    "rs": "dlvirt.apps.rs:Recommendation",
+    "sr": "dlvirt.apps.sr:SpeechRecognition",
 }
 
 

@@ -1,0 +1,57 @@
+"""What the PyTorch apps share: framework threads from the thread plan, the device, checkpoints.
+
+PyTorch lets a process set its inter-op pool once; asking again for the same size is fine (a test
+session builds several apps), asking for another size is an error rather than a silent mismatch.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dlvirt.apps.base import AppError, ThreadPlan
+
+
+def configure(threads: ThreadPlan, processor: str) -> Any:
+    """Apply ``threads`` to PyTorch and return the ``torch.device`` the scenario's processor names."""
+    import torch
+
+    torch.set_num_threads(threads.intra_op)
+    if torch.get_num_interop_threads() != threads.inter_op:
+        try:
+            torch.set_num_interop_threads(threads.inter_op)
+        except RuntimeError as err:
+            raise AppError(f"PyTorch inter-op threads are already {torch.get_num_interop_threads()} in this "
+                           f"process; the thread plan asks for {threads.inter_op}") from err
+    if processor == "GPU":
+        if not torch.cuda.is_available():
+            raise AppError("scenario asks for GPU but PyTorch sees no CUDA device")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def load_state_dict(path: Path, setting: str) -> dict[str, Any]:
+    """The tensors of a checkpoint file (a bare state dict, or one under 'state_dict'/'model')."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise AppError(f"{setting} {path}: not a PyTorch checkpoint of tensors ({err})") from err
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict):
+        raise AppError(f"{setting} {path}: expected a state dict, found {type(state).__name__}")
+    return state
+
+
+def versions(*extra: str) -> dict[str, str]:
+    found = {}
+    for name in ("torch", *extra):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
