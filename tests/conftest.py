@@ -3,6 +3,7 @@ repository's own results/ and resources/ and can run side by side."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -62,3 +63,16 @@ def smoke_config(**overrides: object) -> dict:
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     config.update(overrides)
     return config
+
+
+def run_one_job(workdir: Path, app: str, scenario: str, tool: str = "mlperf") -> tuple[dict, dict]:
+    """Run the smoke config's ``tool`` × ``app`` on one scenario ("BM/1/PIN/CPU") through the real
+    workflow; return the config used and the job's result file."""
+    platform, cores, pinning, processor = scenario.split("/")
+    config = smoke_config()
+    config["study"].update(apps=[app], tools=[tool], matrix=[
+        {"platforms": [platform], "cores": [int(cores)], "pinning": [pinning], "processors": [processor]}])
+    path = write_config(workdir / f"{tool}-{app}.yaml", config)
+    target = f"results/runs/{tool}/{app}/{scenario}.json"
+    snakemake(workdir, target, "--configfile", str(path))
+    return config, json.loads((workdir / target).read_text())

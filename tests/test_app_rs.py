@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import smoke_config, snakemake, write_config
+from conftest import run_one_job
 
 from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
 from dlvirt.apps.rs import (
@@ -154,13 +154,7 @@ def test_checked_weights_load_and_mismatched_tables_are_refused(dataset, tmp_pat
 
 @pytest.mark.slow
 def test_smoke_benchmark_on_bm(workflow_dir):
-    config = smoke_config()
-    config["study"].update(apps=["rs"], tools=["mlperf"])
-    config["study"]["matrix"] = [{"platforms": ["BM"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"]}]
-    path = write_config(workflow_dir / "rs.yaml", config)
-    target = "results/runs/mlperf/rs/BM/1/VNL/CPU.json"
-    snakemake(workflow_dir, target, "--configfile", str(path))
-    result = json.loads((workflow_dir / target).read_text())
+    config, result = run_one_job(workflow_dir, "rs", "BM/1/VNL/CPU")
     assert result["verified"] and len(result["runs"]) == config["study"]["repetitions"]
     assert result["dataset"]["source"] == "synthetic" and result["model"]["weights"] == "random"
     assert result["model"]["config"]["max_rows_per_table"] == config["apps"]["rs"]["max_rows_per_table"]

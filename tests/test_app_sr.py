@@ -9,7 +9,7 @@ import wave
 import numpy as np
 import pytest
 import torch
-from conftest import smoke_config, snakemake, write_config
+from conftest import run_one_job
 
 from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
 from dlvirt.apps.sr import (
@@ -210,13 +210,7 @@ def test_checked_weights_load_and_switch_to_greedy(tmp_path, dataset, model):
 
 @pytest.mark.slow
 def test_smoke_benchmark_on_bm(workflow_dir):
-    config = smoke_config()
-    config["study"].update(apps=["sr"], tools=["mlperf"])
-    config["study"]["matrix"] = [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"], "processors": ["CPU"]}]
-    path = write_config(workflow_dir / "sr.yaml", config)
-    target = "results/runs/mlperf/sr/BM/1/PIN/CPU.json"
-    snakemake(workflow_dir, target, "--configfile", str(path))
-    result = json.loads((workflow_dir / target).read_text())
+    config, result = run_one_job(workflow_dir, "sr", "BM/1/PIN/CPU")
     assert result["verified"] and len(result["runs"]) == config["study"]["repetitions"]
     assert result["dataset"]["source"] == "synthetic" and result["model"]["weights"] == "random"
     assert result["model"]["decoding"] == "scheduled" and "never emit blank" in result["model"]["decoding_note"]
