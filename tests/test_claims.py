@@ -201,3 +201,11 @@ def test_reasons_understand_what_the_real_planner_writes():
 def test_unknown_left_out_forms_are_refused(what):
     with pytest.raises(ValueError):
         Gap.parse(what, "why")
+
+
+def test_what_the_config_does_not_ask_for_is_a_reason_too():
+    study = {"apps": ["ic"], "tools": ["mlperf"], "matrix": [{"platforms": ["BM"], "processors": ["CPU"]}]}
+    gaps = study_gaps([], study)
+    assert reasons(gaps, tool="mlperf", app="ic", processor="GPU")[0] == "processor GPU: not in study.matrix of this config"
+    assert "platform MVM: not in study.matrix of this config" in reasons(gaps, tool="mlperf", app="ic",
+                                                                         processor="CPU", platforms=("MVM",))

@@ -10,12 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import smoke_config, snakemake, write_config
+from conftest import smoke_config, write_config
 from dlvirt.catalog import FIGURES
 from dlvirt.claims import write_claims
 from dlvirt.report import write_report
 from dlvirt.tables import write_tables
-from test_figures import CASES, FIXTURES, parameters, run_notebook_in_process, REPO
+from test_figures import CASES, FIXTURES, REPO, parameters, run_notebook_in_process
+from test_workflow import jobs_that_would_run
 
 RUNS = sorted((FIXTURES / "runs").glob("*.json"))
 
@@ -98,22 +99,12 @@ def test_report_renders_every_figure_in_chromium(built):
     assert not broken, f"figures not decoded by Chromium: {broken}"
 
 
-def jobs_that_would_run(workdir: Path, target: str, config: Path) -> dict[str, int]:
-    proc = snakemake(workdir, target, "--configfile", str(config), "-n", "--quiet", "rules")
-    counts = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
-            counts[parts[0]] = int(parts[1])
-    return counts
-
-
 def test_short_targets_build_only_what_they_need(workflow_dir):
     config = write_config(workflow_dir / "smoke.yaml", smoke_config())
-    fig10 = jobs_that_would_run(workflow_dir, "fig10", config)
+    fig10 = jobs_that_would_run(workflow_dir, "fig10", "--configfile", str(config))
     assert fig10["figure"] == 1 and fig10["summarise_app"] == 4  # one summary per app it draws
     assert not {"summary", "report", "claims", "tables"} & set(fig10)
-    claims = jobs_that_would_run(workflow_dir, "claims", config)
+    claims = jobs_that_would_run(workflow_dir, "claims", "--configfile", str(config))
     assert claims["claims"] == 1 and claims["study_plan"] == 1 and "figure" not in claims
-    report = jobs_that_would_run(workflow_dir, "report", config)
+    report = jobs_that_would_run(workflow_dir, "report", "--configfile", str(config))
     assert report["figure"] == len(FIGURES) and report["tables"] == 1 and report["claims"] == 1

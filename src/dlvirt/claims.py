@@ -23,12 +23,12 @@ import pandas as pd
 
 from dlvirt.atomic import read_json, write_text_atomic
 from dlvirt.catalog import FIGURES
-from dlvirt.coverage import reasons
+from dlvirt.coverage import LOCAL_SITE, reasons
+from dlvirt.figures import emulated, with_site
 from dlvirt.stats import estimate
 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
 VIRTUALISED = ("CN", "VM", "VMCN", "MVM")
-LOCAL = "local"
 ALIKE_WITHIN = 0.10       # "practically insignificant": MVM within 10 % of VM (or within the CI)
 GPU_NLP_SPEEDUP = 3.0     # "more than 3× speedup"
 COLUMNS = ["id", "claim", "source", "verdict", "evidence", "test", "figures"]
@@ -84,18 +84,15 @@ class Study:
     """The rows claims are decided on, and the reasons behind rows that are missing."""
 
     def __init__(self, summary: pd.DataFrame, host_cores: int | None, gaps: list[Any]) -> None:
-        frame = summary.copy()
-        if frame.empty:
-            frame = pd.DataFrame(columns=["tool", "app", "platform", "cores", "pinning", "processor",
-                                          "mean_s", "ci95_s", "accel", "site"])
-        site = frame["site"] if "site" in frame else pd.Series(LOCAL, index=frame.index, dtype=object)
-        frame["site"] = site.fillna(LOCAL).replace("", LOCAL).astype(str)
-        accel = frame["accel"] if "accel" in frame else pd.Series("none", index=frame.index, dtype=object)
-        frame["emulated"] = accel.astype(str).eq("tcg")
+        if summary.empty:
+            summary = pd.DataFrame(columns=["tool", "app", "platform", "cores", "pinning", "processor",
+                                            "mean_s", "ci95_s", "accel"])
+        frame = with_site(summary)
+        frame["emulated"] = emulated(frame)
         mlperf = frame[frame["tool"] == "mlperf"]
         self.emulated_platforms = sorted(set(mlperf.loc[mlperf["emulated"], "platform"]))
         self.usable = mlperf[~mlperf["emulated"]]
-        self.e2e = self.usable[self.usable["site"] == LOCAL]
+        self.e2e = self.usable[self.usable["site"] == LOCAL_SITE]
         self.host_cores = host_cores
         self.gaps = gaps
 
@@ -119,6 +116,13 @@ def _pairs(rows: pd.DataFrame, column: str, a: str, b: str, on: list[str]) -> pd
 def _pair_values(pair: pd.Series, label_a: str, label_b: str) -> tuple[Value, Value]:
     return (Value(label_a, float(pair["mean_s_a"]), float(pair["ci95_s_a"])),
             Value(label_b, float(pair["mean_s_b"]), float(pair["ci95_s_b"])))
+
+
+def _every(verdicts: list[bool], parts: list[str], untested: list[str]) -> Verdict:
+    """Holds if every tested case held; not testable (saying why) when none could be tested."""
+    if not verdicts:
+        return untestable(untested)
+    return Verdict(HOLDS if all(verdicts) else FAILS, "; ".join(parts))
 
 
 def _skipped(n: int) -> str:
@@ -152,10 +156,8 @@ def pinning_lowers_e2e(study: Study) -> Verdict:
         median = float(pd.Series(changes).median()) * 100
         parts.append(f"{platform}: PIN significantly faster in {wins} of {tested} pairs "
                      f"(median {median:+.1f} %; {example}){_skipped(skipped)}")
-    if not verdicts:
-        cores = f" below the host's {study.host_cores} cores" if study.host_cores else ""
-        return untestable([f"no platform measured both VNL and PIN{cores} with a CI", *study.why_missing()])
-    return Verdict(HOLDS if all(verdicts) else FAILS, "; ".join(parts))
+    cores = f" below the host's {study.host_cores} cores" if study.host_cores else ""
+    return _every(verdicts, parts, [f"no platform measured both VNL and PIN{cores} with a CI", *study.why_missing()])
 
 
 def cn_overhead_grows_as_chr_falls(study: Study) -> Verdict:
@@ -175,10 +177,8 @@ def cn_overhead_grows_as_chr_falls(study: Study) -> Verdict:
         verdicts.append(holds)
         parts.append(f"{app.upper()}/{processor}: overhead ratio {low_chr} at the lowest CHR vs {high_chr} "
                      f"at the highest ({'grows' if holds else 'does not grow'} as CHR falls)")
-    if not verdicts:
-        return untestable(["no vanilla CN and BM rows at two or more core counts with a CI",
-                           *study.why_missing(platforms=("CN",))])
-    return Verdict(HOLDS if all(verdicts) else FAILS, "; ".join(parts))
+    return _every(verdicts, parts, ["no vanilla CN and BM rows at two or more core counts with a CI",
+                                    *study.why_missing(platforms=("CN",))])
 
 
 def scale_up_stops_paying(study: Study) -> Verdict:
@@ -334,7 +334,7 @@ def cn_cheapest_at_chr1(study: Study) -> Verdict:
     groups: list[tuple[str, pd.DataFrame]] = []
     vanilla = study.usable[study.usable["pinning"] == "VNL"]
     for site, rows in vanilla.groupby("site"):
-        if site == LOCAL:
+        if site == LOCAL_SITE:
             if study.host_cores is None:
                 continue
             at = rows[rows["cores"] == study.host_cores]
@@ -357,10 +357,8 @@ def cn_cheapest_at_chr1(study: Study) -> Verdict:
         verdicts.append(cheapest)
         parts.append(f"{where}: {cn} s vs {', '.join(f'{o} s' for o in others)} "
                      f"({'CN cheapest' if cheapest else 'CN not cheapest'})")
-    if not verdicts:
-        return untestable(["no CN and another virtualised platform, vanilla, at CHR = 1 with a CI",
-                           *study.why_missing(platforms=VIRTUALISED)])
-    return Verdict(HOLDS if all(verdicts) else FAILS, "; ".join(parts))
+    return _every(verdicts, parts, ["no CN and another virtualised platform, vanilla, at CHR = 1 with a CI",
+                                    *study.why_missing(platforms=VIRTUALISED)])
 
 
 @dataclass(frozen=True)

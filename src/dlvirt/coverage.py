@@ -6,7 +6,8 @@ one of
 - ``<tool> <app> <scenario>``: the app cannot run in that scenario;
 - ``app X (every scenario)`` / ``tool X (every scenario)``: not implemented.
 Apps, tools and platforms the config does not ask for are not in the plan at all; ``study_gaps``
-adds them (``platform X (every scenario)`` too) so that a figure can say why its rows are missing. Kept free of heavy imports: the Snakefile uses it.
+adds them (``platform X (every scenario)``, ``processor X (every scenario)`` too) so that a figure
+can say why its rows are missing. Kept free of heavy imports: the Snakefile uses it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dlvirt.scenario import PLATFORMS, Scenario
+from dlvirt.scenario import PLATFORMS, PROCESSORS, Scenario
 
 APPS = ("ic", "sr", "nlp", "rs")
 TOOLS = ("mlperf", "dlbs")
 EVERY_SCENARIO = "(every scenario)"
+LOCAL_SITE = "local"  # a summary row's site when the main host (not an edge host) measured it
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,13 @@ class Gap:
     tool: str | None = None
     app: str | None = None
     platform: str | None = None
+    processor: str | None = None
     scenario: Scenario | None = None
 
     @classmethod
     def parse(cls, what: str, why: str) -> Gap:
         parts = what.split()
-        if what.endswith(EVERY_SCENARIO) and parts[0] in ("app", "tool", "platform"):
+        if what.endswith(EVERY_SCENARIO) and parts[0] in ("app", "tool", "platform", "processor"):
             return cls(what, why, **{parts[0]: parts[1]})
         if len(parts) == 3:
             return cls(what, why, tool=parts[0], app=parts[1], scenario=Scenario.parse(parts[2]))
@@ -54,6 +57,8 @@ class Gap:
             return False
         if self.platform is not None:
             return platforms is None or self.platform in platforms
+        if self.processor is not None:
+            return processor is None or self.processor == processor
         s = self.scenario
         if s is None:
             return True
@@ -69,9 +74,12 @@ def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
             for tool in tools if tool not in study["tools"]]
     gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
              for app in apps if app not in study["apps"]]
-    in_matrix = {platform for block in study["matrix"] for platform in block["platforms"]}
+    processors = {processor for block in study["matrix"] for processor in block["processors"]}
+    gaps += [(f"processor {processor} {EVERY_SCENARIO}", "not in study.matrix of this config")
+             for processor in PROCESSORS if processor not in processors]
+    platforms = {platform for block in study["matrix"] for platform in block["platforms"]}
     gaps += [(f"platform {platform} {EVERY_SCENARIO}", "not in study.matrix of this config")
-             for platform in PLATFORMS if platform not in in_matrix]
+             for platform in PLATFORMS if platform not in platforms]
     for what, why in left_out:
         gap = Gap.parse(what, why)
         if (gap.tool is None or gap.tool in tools) and (gap.app is None or gap.app in apps):
@@ -84,16 +92,19 @@ def reasons(gaps: list[tuple[str, str]] | list[list[str]], *, detail: bool = Fal
     missing, each naming what it concerns. A whole tool or app left out hides the scenario lines,
     unless ``detail`` asks for both (scenario lines first)."""
     found = [g for g in (Gap.parse(what, why) for what, why in gaps) if g.concerns(**where)]
-    whole = [f"{g.what.removesuffix(EVERY_SCENARIO).strip()}: {g.why}" for g in found
-             if g.scenario is None and g.platform is None]
+    whole = [_named(g) for g in found if g.scenario is None and (g.tool or g.app)]
     if whole and not detail:
         return whole
     grouped: dict[str, list[str]] = {}
     for gap in found:
         if gap.scenario is not None:
             grouped.setdefault(gap.why, []).append(gap.what)
-    platforms = [f"{g.what.removesuffix(EVERY_SCENARIO).strip()}: {g.why}" for g in found if g.platform is not None]
-    return [f"{_examples(whats)}: {why}" for why, whats in grouped.items()] + platforms + whole
+    matrix = [_named(g) for g in found if g.platform or g.processor]
+    return [f"{_examples(whats)}: {why}" for why, whats in grouped.items()] + matrix + whole
+
+
+def _named(gap: Gap) -> str:
+    return f"{gap.what.removesuffix(EVERY_SCENARIO).strip()}: {gap.why}"
 
 
 def _examples(whats: list[str], shown: int = 2) -> str:

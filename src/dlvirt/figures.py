@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from dlvirt.coverage import reasons  # noqa: E402
+from dlvirt.coverage import LOCAL_SITE, reasons  # noqa: E402
 
 PLATFORM_ORDER = ["BM", "CN", "VM", "VMCN", "MVM"]
 PLATFORM_COLOURS = dict(zip(PLATFORM_ORDER, sns.color_palette("colorblind", len(PLATFORM_ORDER)), strict=True))
@@ -31,7 +31,6 @@ PINNING_MARKER = {"VNL": "o", "PIN": "s"}
 PHASES = {"pre_s": "pre-processing", "infer_s": "inference", "post_s": "post-processing"}
 PHASE_COLOURS = dict(zip(PHASES, sns.color_palette("Set2", 3), strict=True))
 EMULATED_HATCH = "//"
-LOCAL_SITE = "local"
 SITE = "site"        # which host measured a row: absent or "local" = the main host
 BOOT = "boot_s"      # mean platform boot time of a row, where the platform boots (VM, MVM, VMCN)
 Gaps = list[list[str]] | list[tuple[str, str]] | None
@@ -57,10 +56,13 @@ def load_summaries(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
     frames = [f for f in (load_summary(p) for p in paths) if not f.empty]
     if not frames:
         return pd.DataFrame()
-    frame = pd.concat(frames, ignore_index=True)
-    site = frame[SITE] if SITE in frame else pd.Series(LOCAL_SITE, index=frame.index)
-    frame[SITE] = site.fillna(LOCAL_SITE).replace("", LOCAL_SITE).astype(str)
-    return frame
+    return with_site(pd.concat(frames, ignore_index=True))
+
+
+def with_site(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``site`` filled in: "local" where the column is absent or empty."""
+    site = frame[SITE] if SITE in frame else pd.Series(LOCAL_SITE, index=frame.index, dtype=object)
+    return frame.assign(**{SITE: site.fillna(LOCAL_SITE).replace("", LOCAL_SITE).astype(str)})
 
 
 def main_site(frame: pd.DataFrame) -> pd.DataFrame:
