@@ -52,14 +52,29 @@ def engine_url(settings: dict[str, Any]) -> str:
     return DEFAULT_URL if answers(DEFAULT_URL) else OWN_URL
 
 
+def dockerd_binary() -> str | None:
+    return shutil.which("dockerd", path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin")
+
+
+def why_no_engine(settings: dict[str, Any]) -> str | None:
+    """Why no engine can be had here (None: one is configured, answers, or dlvirt can start one)."""
+    if configured_url(settings) is not None or answers(DEFAULT_URL):
+        return None
+    if dockerd_binary() is None:
+        return ("no Docker engine answers and dockerd is not installed (Debian: docker.io); "
+                "or set platforms.CN.engine.host / DOCKER_HOST")
+    if os.geteuid() != 0:
+        return "no Docker engine answers and starting dockerd needs root; or set platforms.CN.engine.host"
+    return None
+
+
 def own_daemon(settings: dict[str, Any]) -> Daemon | None:
     """dlvirt's dockerd, or None when an engine is configured or the default socket answers."""
     if configured_url(settings) is not None or answers(DEFAULT_URL):
         return None
-    dockerd = shutil.which("dockerd", path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin")
-    if dockerd is None:
-        raise EngineError("no Docker engine answers and dockerd is not installed (Debian: apt-get install "
-                          "docker.io), or set platforms.CN.engine.host")
+    dockerd = dockerd_binary()
+    if dockerd is None or os.geteuid() != 0:
+        raise EngineError(str(why_no_engine(settings)))
     config_file = RUN_DIR / "daemon-config.json"
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     config_file.write_text("{}\n")  # never read the host's /etc/docker/daemon.json

@@ -69,9 +69,11 @@ class Container(Platform):
         if why is not None:
             return why
         settings = config.get("platforms", {}).get(cls.name, {})
-        if docker_engine.configured_url(settings) is None and not caps.docker:
-            return ("no Docker engine: dockerd is not installed (Debian: docker.io) and neither "
-                    "platforms.CN.engine.host nor DOCKER_HOST is set")
+        why = docker_engine.why_no_engine(settings)
+        if why is not None:
+            return why
+        if not settings.get("image") and shutil.which("debootstrap", path="/usr/sbin:/sbin:/usr/bin") is None:
+            return "building the CN image needs debootstrap (Debian: debootstrap); or set platforms.CN.image"
         if scenario.processor == "GPU" and not nvidia_toolkit():
             return "no NVIDIA Container Toolkit (nvidia-container-runtime-hook) for docker --gpus"
         return None
@@ -105,6 +107,9 @@ class Container(Platform):
         # dlvirt's image carries its tag both as a label and in a file the harness reads inside
         self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
         self.engine = self.client.info()
+        if int(self.engine["NCPU"]) != len(online_cpus()):
+            raise PlatformError(f"the Docker engine at {docker_engine.engine_url(self.config)} has {self.engine['NCPU']} "
+                                f"CPUs, this host {len(online_cpus())}: CN jobs need the engine of the host they run on")
         self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))
         if self.scenario.pinned:
             self.cpus = self.pinned_cpus(self.host_cpus, self.scenario.cores)

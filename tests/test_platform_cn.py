@@ -1,0 +1,192 @@
+"""The CN platform against a real Docker engine: what a container really gets (--cpus vs
+--cpuset-cpus) seen from inside, nothing left behind after a kill or a timeout, and an image that is
+built once and never rebuilt while its inputs stay the same.
+
+The session starts dlvirt's own dockerd through dlvirt.engines when none answers (and stops it at
+the end unless another workflow still uses it) and builds the image at most once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from conftest import copy_workflow, smoke_config, snakemake, write_config
+from test_platform_bm import IC_SETTINGS, spec
+
+from dlvirt import container_image, docker_engine, engines
+from dlvirt.apps.ic import ImageClassification
+from dlvirt.cleanup import remove_stale_containers
+from dlvirt.platforms.base import PlatformError
+from dlvirt.platforms.cn import Container, online_cpus
+from dlvirt.runner import run_job
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = {"memory": "4g", "gpus": "all", "debian_mirror": None, "image": None,
+            "engine": {"host": None, "data_root": "/var/lib/dlvirt/docker"}}
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[docker.DockerClient]:
+    """A Docker engine that answers: the configured one, or dlvirt's own started for this session."""
+    if docker_engine.configured_url(SETTINGS) is None and not docker_engine.answers(docker_engine.DEFAULT_URL):
+        if shutil.which("dockerd", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+            pytest.skip("no Docker engine answers and dockerd is not installed (Debian: docker.io)")
+        if os.geteuid() != 0:
+            pytest.skip("no Docker engine answers and starting dockerd needs root")
+    daemons = Container.daemons(SETTINGS)
+    for daemon in daemons:
+        engines.acquire(daemon, os.getpid())
+    client = docker_engine.connect(SETTINGS)
+    try:
+        yield client
+    finally:
+        client.close()
+        for daemon in daemons:
+            engines.release(daemon.name, os.getpid())
+
+
+@pytest.fixture(scope="session")
+def checkout(tmp_path_factory) -> Path:
+    """A workflow copy taken once: the image's inputs stay fixed for the session (the tag is their
+    hash, and the working tree may change while the tests run)."""
+    return copy_workflow(tmp_path_factory.mktemp("cn") / "wf")
+
+
+@pytest.fixture(scope="session")
+def cn_image(engine, checkout, tmp_path_factory) -> str:
+    """dlvirt's image for the checkout, built once per session unless the engine has its tag."""
+    if shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+        pytest.skip("building the CN image needs debootstrap")
+    info = container_image.ensure(checkout, SETTINGS, tmp_path_factory.mktemp("images") / "cn.json")
+    return str(info["image"])
+
+
+@pytest.fixture(scope="module")
+def ic_dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ic-cn")
+    ImageClassification.prepare_dataset(out, IC_SETTINGS)
+    return out
+
+
+def cn_spec(dataset: Path, image: str, cores: int, pinning: str, **extra) -> dict:
+    return spec(dataset, cores, pinning, platform_settings={**SETTINGS, "image": image},
+                scenario={"platform": "CN", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra)
+
+
+def our_containers(client: docker.DockerClient) -> list:
+    """Containers of jobs this test process ran (run ids start with our PID)."""
+    return [c for c in docker_engine.labelled_containers(client)
+            if c.labels[docker_engine.LABEL_RUN].startswith(f"{os.getpid()}-")]
+
+
+def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn_image, ic_dataset, tmp_path):
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
+    observed = result["runs"][0]["observed"]
+    assert observed["quota_cores"] == pytest.approx(1.0)
+    assert observed["affinity"] == list(online_cpus()) and observed["nproc"] == len(online_cpus())
+    assert observed["virtualization"]["container"] == "docker" and observed["image"] == cn_image
+    assert observed["memory_limit_bytes"] == 4 << 30
+    cgroup_id = result["expected"]["cgroup_id"]
+    assert cgroup_id and any(cgroup_id in path for path in observed["cgroup"].values())
+    assert result["runs"][0]["threads"]["intra_op"] == 1  # sized from the quota, not the visible cores
+    assert result["platform"]["cpu_mechanism"] == "--cpus (CFS quota)"
+    assert result["platform"]["start_to_harness_s"] > 0
+    assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
+    assert our_containers(engine) == []
+
+
+def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_path):
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
+    observed = result["runs"][0]["observed"]
+    mine = sorted(os.sched_getaffinity(0))[:1]
+    assert observed["affinity"] == mine and observed["nproc"] == 1
+    assert observed["quota_cores"] is None
+    assert result["platform"]["cpu_mechanism"] == "--cpuset-cpus" and result["platform"]["network"] == "none"
+    assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
+    assert our_containers(engine) == []
+
+
+def test_container_killed_mid_run_leaves_no_container_and_no_result(engine, cn_image, ic_dataset, tmp_path):
+    killed: list[str] = []
+
+    def kill_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for container in our_containers(engine):
+                if b"[harness]" in container.logs():  # mid-run: a repetition has finished
+                    container.kill()
+                    killed.append(container.name)
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_when_running, daemon=True)
+    killer.start()
+    long_job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
+    with pytest.raises(PlatformError, match="status 137"):
+        run_job(long_job, tmp_path / "r.json", tmp_path / "lg")
+    killer.join(timeout=10)
+    assert killed, "the container was never seen running"
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "lg").exists()
+    assert not list(tmp_path.glob(".work-*"))
+    assert our_containers(engine) == []
+
+
+def test_timeout_removes_the_container(engine, cn_image, ic_dataset, tmp_path):
+    with pytest.raises(PlatformError, match="timeout"):
+        run_job(cn_spec(ic_dataset, cn_image, 1, "PIN", timeout_s=2), tmp_path / "r.json", tmp_path / "lg")
+    assert not (tmp_path / "r.json").exists()
+    assert our_containers(engine) == []
+
+
+def test_failed_provisioning_names_the_missing_image(engine, ic_dataset, tmp_path):
+    with pytest.raises(PlatformError, match="dlvirt-cn:missing is not in the Docker engine"):
+        run_job(cn_spec(ic_dataset, "dlvirt-cn:missing", 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
+    assert our_containers(engine) == []
+
+
+def test_stale_containers_of_dead_runs_are_removed_live_ones_kept(engine, cn_image):
+    dead = 2 ** 22 + 1  # above the default pid_max: no such process
+    made = [engine.containers.create(cn_image, ["sleep", "60"], name=f"dlvirt-{pid}-{os.urandom(4).hex()}",
+                                     network_mode="none", labels=docker_engine.labels(f"{pid}-x"))
+            for pid in (dead, os.getpid())]
+    try:
+        removed = list(remove_stale_containers(SETTINGS))
+        assert any(made[0].name in line for line in removed)
+        assert not any(made[1].name in line for line in removed)
+        names = {c.name for c in docker_engine.labelled_containers(engine)}
+        assert made[0].name not in names and made[1].name in names
+    finally:
+        for container in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+def test_second_build_with_nothing_changed_rebuilds_nothing(engine, cn_image, checkout, tmp_path):
+    info = container_image.ensure(checkout, SETTINGS, tmp_path / "cn.json")
+    assert info["image"] == cn_image and info["source"] == "present" and not info["built"]
+    assert json.loads((tmp_path / "cn.json").read_text())["id"] == engine.images.get(cn_image).id
+
+
+def test_workflow_rebuilds_the_image_only_when_an_input_changes(engine, cn_image, checkout, tmp_path):
+    """The rule's marker is made from the existing image (no build); afterwards nothing is stale
+    until the package's code changes, which changes the tag."""
+    workdir = Path(shutil.copytree(checkout, tmp_path / "wf", ignore=shutil.ignore_patterns("resources")))
+    config = write_config(workdir / "smoke.yaml", smoke_config())
+    snakemake(workdir, "resources/images/cn.json", "--configfile", str(config))
+    marker = json.loads((workdir / "resources/images/cn.json").read_text())
+    assert marker["image"] == cn_image and marker["source"] == "present"
+    again = snakemake(workdir, "resources/images/cn.json", "--configfile", str(config), "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+    with open(workdir / "src/dlvirt/__init__.py", "a") as handle:
+        handle.write("# changed\n")
+    changed = snakemake(workdir, "resources/images/cn.json", "--configfile", str(config), "-n")
+    assert "cn_image" in changed.stdout
+    assert not list((workdir / "resources").glob("engines/*.json"))  # the workflow released its lease
