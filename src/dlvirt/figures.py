@@ -164,7 +164,7 @@ def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, proc
     ax.set_xlabel("scale-up level (cores)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
-    ax.legend(title="platform, CPU mode", fontsize=8)
+    ax.legend(title="platform, CPU mode", fontsize=8, title_fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     absent_note(ax, rows, PLATFORM_ORDER, gaps, tool=tool, app=app, processor=processor)
     return True
 
@@ -182,7 +182,7 @@ def e2e_vs_cores_figure(summaries: str | Path | Iterable[str | Path], *, tool: s
     apply_style()
     processors = list(processors)
     frame = load_summaries(summaries)
-    fig, axes = plt.subplots(1, len(processors), figsize=(6.4 * len(processors), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(processors), figsize=(8.0 * len(processors), 4.2), squeeze=False)
     for ax, processor in zip(axes[0], processors, strict=True):
         e2e_vs_cores(ax, frame, tool=tool, app=app, processor=processor, gaps=gaps, ylabel=ylabel)
         if len(processors) > 1:
@@ -307,12 +307,12 @@ def mvm_figure(summaries: str | Path | Iterable[str | Path], *, host: str | Path
     frame = main_site(load_summaries(summaries))
     rows = select(frame, tool="mlperf", pinning="VNL", processor="CPU")
     mvm = select(rows, platform="MVM")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
     if mvm.empty:
-        why = why_missing(gaps, "no MVM runs in the summary", tool="mlperf", processor="CPU", platforms=("MVM",))
-        not_measured(left, why)
-        not_measured(right, why)
+        fig, ax = plt.subplots(figsize=(8, 4.2))
+        not_measured(ax, why_missing(gaps, "no MVM runs in the summary", tool="mlperf", processor="CPU",
+                                     platforms=("MVM",)))
     else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
         level = int(mvm["cores"].max())
         at_level = select(rows, cores=level)
         apps = [a for a in ("ic", "sr", "nlp", "rs") if a in set(at_level["app"])]
