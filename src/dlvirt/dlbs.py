@@ -105,10 +105,18 @@ def experiment(job: dict[str, Any], framework: str, model: str) -> dict[str, Any
     }
 
 
+def experimenter_script(checkout: Path) -> Path:
+    return checkout / "python" / "dlbs" / "experimenter.py"
+
+
 def experimenter_model(job: dict[str, Any]) -> str | None:
     """DLBS's model id when this job is timed by a DLBS checkout's experimenter, else None."""
     if not job["dlbs"].get("path"):
         return None
+    checkout = Path(job["dlbs"]["path"])
+    if not experimenter_script(checkout).is_file():
+        raise DlbsError(f"dlbs.path {checkout}: no python/dlbs/experimenter.py (not a DLBS checkout, "
+                        f"or not visible inside the platform)")
     return DLBS_MODELS.get(job["app"])
 
 
@@ -144,16 +152,13 @@ def _time_ours(app: App, params: dict[str, Any]) -> np.ndarray:
 
 
 def experimenter_command(checkout: Path, params: dict[str, Any], log_file: Path) -> list[str]:
-    script = checkout / "python" / "dlbs" / "experimenter.py"
     args = {**params, "exp.log_file": str(log_file), "exp.rerun": True}
-    return [sys.executable, str(script), "run", *(f"-P{key}={json.dumps(value)}" for key, value in args.items())]
+    return [sys.executable, str(experimenter_script(checkout)), "run",
+            *(f"-P{key}={json.dumps(value)}" for key, value in args.items())]
 
 
 def _time_experimenter(job: dict[str, Any], params: dict[str, Any], log_file: Path) -> np.ndarray:
     checkout = Path(job["dlbs"]["path"])
-    if not (checkout / "python" / "dlbs" / "experimenter.py").is_file():
-        raise DlbsError(f"dlbs.path {checkout}: no python/dlbs/experimenter.py (not a DLBS checkout, "
-                        f"or not visible inside the platform)")
     env = dict(os.environ, DLBS_ROOT=str(checkout),
                PYTHONPATH=os.pathsep.join(filter(None, [str(checkout / "python"), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(experimenter_command(checkout, params, log_file), env=env, check=False)

@@ -44,20 +44,21 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def checked_weights(settings: dict[str, Any]) -> Path | None:
-    """The configured weights file after its checksum matched, or None for random initialisation."""
-    weights = settings.get("weights") or {}
+def checked_weights(settings: dict[str, Any], section: str = "weights") -> Path | None:
+    """The file configured under ``section`` (path, sha256) after its checksum matched, or None:
+    for ``weights``, random initialisation."""
+    weights = settings.get(section) or {}
     path = weights.get("path")
     if not path:
         return None
     path = Path(path)
     if not path.is_file():
-        raise AppError(f"weights.path {path} does not exist")
+        raise AppError(f"{section}.path {path} does not exist")
     want = weights.get("sha256")
     if want:
         got = sha256_file(path)
         if got != want:
-            raise AppError(f"weights.path {path}: sha256 {got} != weights.sha256 {want}")
+            raise AppError(f"{section}.path {path}: sha256 {got} != {section}.sha256 {want}")
     return path
 
 

@@ -62,14 +62,22 @@ def load_tokenizer(vocab: Path) -> Any:
     checked too. (``BertTokenizerFast`` is the same class in transformers 5.)"""
     from transformers import BertTokenizer
 
-    tokenizer = BertTokenizer(vocab=str(vocab), do_lower_case=True)
-    lines = sum(1 for line in vocab.read_text(encoding="utf-8").splitlines() if line)
-    if tokenizer.vocab_size != lines:
-        raise AppError(f"{vocab}: the tokenizer loaded {tokenizer.vocab_size} tokens, the file has {lines}")
-    missing = [t for t in SPECIAL_TOKENS[:4] if t not in tokenizer.get_vocab()]
-    if missing:
+    tokens = [line for line in vocab.read_text(encoding="utf-8").splitlines() if line]
+    missing = [t for t in SPECIAL_TOKENS[:4] if t not in tokens]
+    if missing:  # the tokenizer would silently add them as extra tokens
         raise AppError(f"{vocab}: not a BERT vocab (no {', '.join(missing)})")
+    tokenizer = BertTokenizer(vocab=str(vocab), do_lower_case=True)
+    if tokenizer.vocab_size != len(tokens):
+        raise AppError(f"{vocab}: the tokenizer loaded {tokenizer.vocab_size} tokens, the file has {len(tokens)}")
     return tokenizer
+
+
+def bert_config(architecture: str, vocab_size: int) -> Any:
+    """The BertConfig of ``architecture`` (sequence 512 positions, 2 token types, as BERT)."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=max(BERT_VOCAB_SIZE, vocab_size), max_position_embeddings=512,
+                      type_vocab_size=2, **ARCHITECTURES[architecture])
 
 
 def squad_file(root: Path) -> Path:
@@ -139,11 +147,9 @@ class QuestionAnswering(App):
         return len(self.examples)
 
     def _vocab(self) -> tuple[Path, dict[str, Any]]:
-        vocab = self.settings.get("vocab") or {}
-        if vocab.get("path"):
-            path = checked_weights({"weights": vocab})
-            assert path is not None
-            return path, {"source": "configured", "path": str(path), "sha256": vocab.get("sha256")}
+        configured = checked_weights(self.settings, "vocab")
+        if configured is not None:
+            return configured, {"source": "configured", "path": str(configured), "sha256": sha256_file(configured)}
         path = self.dataset_dir / CORPUS_VOCAB
         if not path.is_file():
             raise AppError(f"{path} is missing: rerun the dataset rule, or set apps.nlp.vocab.path")
@@ -152,16 +158,16 @@ class QuestionAnswering(App):
 
     def load_model(self) -> None:
         import torch
-        from transformers import BertConfig, BertForQuestionAnswering
+        from transformers import BertForQuestionAnswering
 
         self.device = torch_runtime.configure(self.threads, self.processor)
         vocab_path, self.vocab_info = self._vocab()
         self.tokenizer = load_tokenizer(vocab_path)
         self.backend = self.tokenizer.backend_tokenizer  # no truncation/padding state: safe across threads
-        self.special = tuple(self.tokenizer.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+        cls_id, sep_id, pad_id = (self.tokenizer.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+        self.special: tuple[int, int, int] = (cls_id, sep_id, pad_id)
         self.vocab_info["tokens"] = self.tokenizer.vocab_size
-        self.config = BertConfig(vocab_size=max(BERT_VOCAB_SIZE, self.tokenizer.vocab_size),
-                                 max_position_embeddings=512, type_vocab_size=2, **ARCHITECTURES[self.architecture])
+        self.config = bert_config(self.architecture, self.tokenizer.vocab_size)
         torch.manual_seed(int(self.settings.get("seed", 0)))
         self.model = BertForQuestionAnswering(self.config).eval()
         self.weights_path = checked_weights(self.settings)
@@ -183,7 +189,7 @@ class QuestionAnswering(App):
 
     def preprocess(self, index: int) -> squad.Features:
         example = self.examples[index]
-        return squad.featurise(self._encode, self.special, example.question, example.context)  # type: ignore[arg-type]
+        return squad.featurise(self._encode, self.special, example.question, example.context)
 
     def infer(self, batch: list[squad.Features]) -> list[tuple[squad.Features, np.ndarray, np.ndarray]]:
         import torch

@@ -158,7 +158,9 @@ class SquadGenerator:
     def _question(self, context: str, sentence: list[tuple[int, str]]) -> tuple[str, list[tuple[str, int]]]:
         """A question about one sentence and its three annotators' answers as (text, answer_start)."""
         length = int(self.rng.integers(1, min(4, len(sentence) - 2) + 1))
-        first = int(self.rng.integers(1, len(sentence) - length + 1))
+        # Answers start on a content word, as SQuAD's do (an answer "the" would score F1 0 even when right).
+        content = [i for i in range(1, len(sentence) - length + 1) if sentence[i][1].lower() not in FUNCTION_WORDS]
+        first = int(self.rng.choice(content)) if content else int(self.rng.integers(1, len(sentence) - length + 1))
         span = sentence[first:first + length]
         end = span[-1][0] + len(span[-1][1])
         rest = [w for _, w in sentence[:first] + sentence[first + length:]]
