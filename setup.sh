@@ -10,6 +10,8 @@ cd "$(dirname "$(readlink -f "$0")")"
 APT_PACKAGES=(
   python3 python3-venv python3-dev build-essential pkg-config
   e2fsprogs util-linux procps
+  slurm-wlm munge            # the SLURM profile's test runs a one-node cluster (tests/test_slurm.py)
+  openssh-server openssh-client  # edge hosts are reached over SSH; tests/test_edge.py runs an sshd
   chromium                   # tests/test_report.py opens results/report.html in a headless browser
 )
 

@@ -1,7 +1,13 @@
-"""Turn per-job result files into summary tables (one row per tool × app × scenario)."""
+"""Turn per-job result files into summary tables (one row per tool × app × scenario × site).
+
+A row's repetitions all come from one job, hence one machine. Rows of one site measured on
+different hardware (a cluster's mixed nodes) are compared, never pooled, so every row names its
+node and hardware, and summarising warns when one site's rows span several kinds of hardware.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,13 +15,15 @@ import numpy as np
 import pandas as pd
 
 from dlvirt.atomic import read_json, write_text_atomic
+from dlvirt.hostinfo import hardware_label
+from dlvirt.matrix import LOCAL_SITE
 from dlvirt.stats import estimate
 
-KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor"]
+KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
     "scenario", "reps", "outliers", "mean_s", "ci95_s", "std_s", "pre_s", "infer_s", "post_s",
     "samples", "samples_per_s", "loadgen_valid", "accel", "threads_policy", "threads",
-    "dataset_source", "weights", "host",
+    "dataset_source", "weights", "host", "hardware",
 ]
 
 
@@ -51,12 +59,28 @@ def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
         "dataset_source": result["dataset"]["source"],
         "weights": result["model"]["weights"],
         "host": result["host"],
+        "site": result.get("site", LOCAL_SITE),
+        # results written before nodes were recorded say so rather than guess
+        "hardware": hardware_label(result["node"]) if "node" in result else "not recorded",
     }
+
+
+def mixed_hardware(frame: pd.DataFrame) -> list[str]:
+    """One line per site whose rows were measured on more than one kind of hardware."""
+    lines = []
+    for site, rows in frame.groupby("site"):
+        kinds = rows.groupby("hardware")["scenario"].apply(lambda s: ", ".join(sorted(s)))
+        if len(kinds) > 1:
+            detail = "; ".join(f"{hw}: {scenarios}" for hw, scenarios in kinds.items())
+            lines.append(f"site {site}: rows come from {len(kinds)} kinds of hardware ({detail})")
+    return lines
 
 
 def summarise(paths: list[Path]) -> pd.DataFrame:
     rows = [summarise_result(read_json(p)) for p in paths]
     frame = pd.DataFrame(rows, columns=COLUMNS)
+    for line in mixed_hardware(frame):
+        print(f"dlvirt: warning: {line}; compare these rows with care", file=sys.stderr)
     return frame.sort_values(KEY_COLUMNS, ignore_index=True) if rows else frame
 
 

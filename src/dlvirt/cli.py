@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
@@ -30,12 +31,30 @@ def _cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_times(result: dict[str, Any]) -> None:
+    times = ", ".join(f"{r['e2e_s']:.3f}" for r in result["runs"])
+    print(f"{result['scenario_name']} {result['app']}: E2E seconds per repetition: {times}")
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from dlvirt.runner import run_job
 
-    result = run_job(json.loads(args.spec), Path(args.output), Path(args.loadgen_dir))
-    times = ", ".join(f"{r['e2e_s']:.3f}" for r in result["runs"])
-    print(f"{result['scenario_name']} {result['app']}: E2E seconds per repetition: {times}")
+    _print_times(run_job(json.loads(args.spec), Path(args.output), Path(args.loadgen_dir)))
+    return 0
+
+
+def _cmd_site_facts(args: argparse.Namespace) -> int:
+    from dlvirt.remote import SshHost, write_remote_facts
+
+    write_remote_facts(SshHost.from_settings(args.site, json.loads(args.ssh)), Path(args.output))
+    return 0
+
+
+def _cmd_site_bench(args: argparse.Namespace) -> int:
+    from dlvirt.remote import SshHost, run_job_remote
+
+    host = SshHost.from_settings(args.site, json.loads(args.ssh))
+    _print_times(run_job_remote(host, json.loads(args.spec), Path(args.output), Path(args.loadgen_dir)))
     return 0
 
 
@@ -124,6 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True)
     p.add_argument("--loadgen-dir", required=True)
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("site-facts", help="write an edge host's facts, measured there over SSH")
+    p.add_argument("--site", required=True, help="its name under hosts:")
+    p.add_argument("--ssh", required=True, help="its hosts.<site> settings as JSON")
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cmd_site_facts)
+
+    p = sub.add_parser("site-bench", help="run one benchmark job on an edge host over SSH")
+    p.add_argument("--site", required=True, help="its name under hosts:")
+    p.add_argument("--ssh", required=True, help="its hosts.<site> settings as JSON")
+    p.add_argument("--spec", required=True, help="job spec as JSON")
+    p.add_argument("--output", required=True)
+    p.add_argument("--loadgen-dir", required=True)
+    p.set_defaults(func=_cmd_site_bench)
 
     p = sub.add_parser("aggregate", help="summarise run files into a CSV")
     p.add_argument("--output", required=True)

@@ -153,16 +153,43 @@ def _tool_version(cmd: list[str]) -> str | None:
     return text[0] if text else None
 
 
-def facts() -> dict[str, Any]:
-    caps = capabilities()
+def node_identity() -> dict[str, Any]:
+    """The machine a job runs on: on a cluster or an edge host each result records its own, because
+    results/host.json describes only the machine that wrote it."""
     uname = platform.uname()
     return {
         "hostname": uname.node,
         "cpu_model": _cpu_model(),
         "logical_cpus_online": os.cpu_count(),
         "sockets": _sockets(),
-        "numa_nodes": _numa_nodes(),
         "memory_bytes": _memory_bytes(),
+        "arch": uname.machine,
+    }
+
+
+def hardware_label(node: dict[str, Any]) -> str:
+    """What makes two nodes' timings comparable: CPU model, logical CPUs, sockets, architecture."""
+    return (f"{node['cpu_model']}, {node['logical_cpus_online']} CPUs, {node['sockets']} socket(s), "
+            f"{node['arch']}")
+
+
+def slurm_allocation() -> dict[str, Any] | None:
+    """The SLURM job this process runs in (None outside SLURM), as SLURM's environment states it."""
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if job_id is None:
+        return None
+    cpus = os.environ.get("SLURM_CPUS_ON_NODE")
+    return {"job_id": job_id, "node": os.environ.get("SLURMD_NODENAME"),
+            "cpus_on_node": int(cpus) if cpus and cpus.isdigit() else None,
+            "partition": os.environ.get("SLURM_JOB_PARTITION")}
+
+
+def facts() -> dict[str, Any]:
+    caps = capabilities()
+    uname = platform.uname()
+    return {
+        **node_identity(),
+        "numa_nodes": _numa_nodes(),
         "kernel": uname.release,
         "os": _os_release(),
         "in_container": os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"),

@@ -16,6 +16,12 @@ from typing import Any
 from dlvirt.hostinfo import Capabilities
 from dlvirt.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
 
+# Where a job runs: the host Snakemake runs on (or its cluster), else an edge host named under hosts:.
+LOCAL_SITE = "local"
+# Platforms an edge host runs. The remote runs the same runner, so any platform would run there on
+# the host's own engines; but CN images and VM guest images are built by rules on the main host and
+# not staged to edge hosts yet.
+EDGE_PLATFORMS = ("BM",)
 
 # Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
 IMPLEMENTED_TOOLS = ("mlperf", "dlbs")
@@ -27,11 +33,12 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Job:
-    """One benchmark job: every repetition of one tool × app × scenario."""
+    """One benchmark job: every repetition of one tool × app × scenario on one site."""
 
     tool: str
     app: str
     scenario: Scenario
+    site: str = LOCAL_SITE
 
     @property
     def wildcards(self) -> dict[str, str]:
@@ -73,8 +80,9 @@ def _check_block(block: dict[str, Any], where: str) -> None:
                 f"give {platform} its own matrix block with processors: [CPU]")
 
 
-def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
-    """All jobs of the study. ``caps`` None means no host check: take the matrix as declared."""
+def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_SITE) -> Plan:
+    """All jobs of the study on ``site``: the local host runs ``study.matrix``, an edge host its own
+    ``hosts.<site>.matrix``. ``caps`` (the site's) None means no host check: take the matrix as declared."""
     from dlvirt.apps import app_class
     from dlvirt.apps import implemented as implemented_apps
     from dlvirt.platforms import implemented, platform_class
@@ -96,8 +104,11 @@ def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
         else:
             tools.append(tool)
     seen: set[Scenario] = set()
-    for b, block in enumerate(study["matrix"]):
-        where = f"study.matrix[{b}]"
+    blocks, prefix = study["matrix"], "study.matrix"
+    if site != LOCAL_SITE:
+        blocks, prefix = config["hosts"][site]["matrix"], f"hosts.{site}.matrix"
+    for b, block in enumerate(blocks):
+        where = f"{prefix}[{b}]"
         _check_block(block, where)
         for platform in block["platforms"]:
             for cores in _cores_levels(block, where, caps):
@@ -110,6 +121,8 @@ def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
                         why = None
                         if platform not in implemented():
                             why = f"platform {platform} is not implemented in this version of dlvirt"
+                        elif site != LOCAL_SITE and platform not in EDGE_PLATFORMS:
+                            why = f"platform {platform} does not run on edge hosts yet (its image is built here)"
                         elif caps is not None:
                             why = platform_class(platform).unavailable_reason(scenario, caps, config)
                         if why:
@@ -121,8 +134,9 @@ def expand(config: dict[str, Any], caps: Capabilities | None) -> Plan:
                                 if app_why:
                                     plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))
                                     continue
-                                plan.jobs.append(Job(tool, app, scenario))
+                                plan.jobs.append(Job(tool, app, scenario, site))
     if config.get("strict") and plan.left_out:
         lines = "\n".join(f"  {what}: {why}" for what, why in plan.left_out)
-        raise ConfigError(f"strict: true and {len(plan.left_out)} scenario(s) cannot run on this host:\n{lines}")
+        where = "this host" if site == LOCAL_SITE else f"host {site}"
+        raise ConfigError(f"strict: true and {len(plan.left_out)} scenario(s) cannot run on {where}:\n{lines}")
     return plan

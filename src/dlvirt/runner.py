@@ -17,8 +17,9 @@ from types import FrameType
 from typing import Any
 
 from dlvirt.atomic import write_json_atomic
+from dlvirt.hostinfo import capabilities, node_identity, slurm_allocation
 from dlvirt.platforms import platform_class
-from dlvirt.platforms.base import VerificationError, verify
+from dlvirt.platforms.base import Platform, PlatformError, VerificationError, verify
 from dlvirt.scenario import Scenario
 
 
@@ -26,13 +27,33 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+def stop_on_sigterm() -> None:
+    """Snakemake and SLURM stop jobs with SIGTERM: make it a SystemExit so every teardown runs."""
+    signal.signal(signal.SIGTERM, _terminate)
+
+
 def new_run_id() -> str:
     return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def check_node(cls: type[Platform], scenario: Scenario, spec: dict[str, Any]) -> None:
+    """The study was planned where Snakemake runs; a job may land elsewhere (a cluster node, an edge
+    host). Refuse to run there what that machine cannot give, before provisioning anything."""
+    settings = {"allow_emulation": spec["allow_emulation"],
+                "platforms": {scenario.platform: spec["platform_settings"]}}
+    why = cls.unavailable_reason(scenario, capabilities(), settings)
+    slurm = slurm_allocation()
+    usable = len(os.sched_getaffinity(0))
+    if why is None and slurm is not None and slurm["cpus_on_node"] and usable < slurm["cpus_on_node"]:
+        why = (f"this SLURM job step may use {usable} of the {slurm['cpus_on_node']} CPUs SLURM gave the job "
+               "(give benchmark jobs the whole node: --exclusive and cpus_per_task = the node's CPUs)")
+    if why is not None:
+        raise PlatformError(f"{scenario.name} cannot run on {socket.gethostname()}: {why}")
+
+
 def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, Any]:
     """Run one job described by ``spec`` (built by the workflow) and write ``output``."""
-    signal.signal(signal.SIGTERM, _terminate)  # Snakemake and SLURM stop jobs with SIGTERM
+    stop_on_sigterm()
     scenario = Scenario.from_dict(spec["scenario"])
     run_id = new_run_id()
     output = Path(output)
@@ -49,6 +70,7 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
     }
     try:
         cls = platform_class(scenario.platform)
+        check_node(cls, scenario, spec)
         with cls(scenario, spec["platform_settings"], workdir, run_id) as platform:
             harness = platform.run(job, timeout_s=float(spec["timeout_s"]))
             expected = platform.expected()
@@ -69,6 +91,8 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
             "expected": {k: v for k, v in vars(expected).items()},
             "verified": True,
             "host": socket.gethostname(),
+            "node": node_identity(),
+            "slurm": slurm_allocation(),
             "run_id": run_id,
             "spec": spec,
             **{k: harness[k] for k in ("runs", "warmups", "dataset", "model", "versions", "model_load_s")},

@@ -1,7 +1,8 @@
 # Per tool x app summaries (a figure needs only its own app's runs), then one summary.csv.
 rule summarise_app:
     input:
-        lambda w: run_files(w.tool, w.app),
+        # this host's (or cluster's) runs, then the edge hosts' (known once their facts are)
+        lambda w: run_files(w.tool, w.app) + site_run_files(w.tool, w.app),
     output:
         SUMMARY_FILE,
     log:

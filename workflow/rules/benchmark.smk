@@ -12,6 +12,8 @@ rule benchmark:
         spec=job_spec,
     resources:
         bench=1,
+        # minutes, for cluster executors: beyond the harness's own timeout, so teardown runs first
+        runtime=int(config["harness"]["timeout_s"] // 60) + 30,
     log:
         "results/logs/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.log",
     conda:

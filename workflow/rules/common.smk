@@ -23,6 +23,16 @@ for _key in ("strict", "host_check", "allow_emulation"):
 
 validate(config, "../schemas/config.schema.yaml")
 
+# On a cluster every job re-plans the study on the node it landed on: a host check there would
+# give each job a different plan. Clusters plan the matrix as declared; each job then checks its
+# own node before it starts (runner.check_node).
+if config["host_check"] and not workflow.local_exec:
+    raise WorkflowError(
+        "host_check: true plans the study for the machine Snakemake runs on, but this executor runs "
+        "jobs on other nodes: set host_check: false (profiles/slurm does; a --config option replaces "
+        "the profile's, so add host_check=false to it)"
+    )
+
 try:
     PLAN = expand_plan(config, capabilities() if config["host_check"] else None)
 except ConfigError as err:
@@ -98,28 +108,30 @@ def planned_job(wildcards):
 def job_spec(wildcards):
     """Everything a benchmark job needs, as one JSON shell word. Being a param, a change to any
     of it (app settings, repetitions, harness options) reruns exactly the jobs it concerns."""
-    job = planned_job(wildcards)
+    return quoted_json(benchmark_spec(planned_job(wildcards)))
+
+
+def benchmark_spec(job):
+    """The runner's spec of ``job``, wherever it runs (this host, a cluster node, an edge host)."""
     app = config["apps"][job.app]
     # only dlbs jobs carry the dlbs settings (merged for their app): changing them reruns only those
     tool_settings = {"dlbs": dlbs_settings(config["dlbs"], job.app)} if job.tool == "dlbs" else {}
-    return quoted_json(
-        {
-            **tool_settings,
-            "tool": job.tool,
-            "app": job.app,
-            "scenario": job.scenario.to_dict(),
-            "repetitions": config["study"]["repetitions"],
-            "warmup_repetitions": config["study"]["warmup_repetitions"],
-            "threads": config["harness"]["threads"],
-            "timeout_s": config["harness"]["timeout_s"],
-            "batch_size": app["batch_size"],
-            "loadgen": app["loadgen"],
-            "app_settings": app,
-            "dataset_dir": f"resources/datasets/{job.app}",
-            "platform_settings": config["platforms"].get(job.scenario.platform, {}),
-            "allow_emulation": config["allow_emulation"],
-        }
-    )
+    return {
+        **tool_settings,
+        "tool": job.tool,
+        "app": job.app,
+        "scenario": job.scenario.to_dict(),
+        "repetitions": config["study"]["repetitions"],
+        "warmup_repetitions": config["study"]["warmup_repetitions"],
+        "threads": config["harness"]["threads"],
+        "timeout_s": config["harness"]["timeout_s"],
+        "batch_size": app["batch_size"],
+        "loadgen": app["loadgen"],
+        "app_settings": app,
+        "dataset_dir": f"resources/datasets/{job.app}",
+        "platform_settings": config["platforms"].get(job.scenario.platform, {}),
+        "allow_emulation": config["allow_emulation"],
+    }
 
 
 def dataset_settings(wildcards):

@@ -1,0 +1,237 @@
+"""Edge hosts: benchmark jobs on another machine, reached with the OpenSSH client.
+
+The remote machine runs the very runner a local job runs (``python -m dlvirt bench``), so every
+platform is provisioned, observed and verified on the machine it measures, with that machine's own
+engines (its dockerd, its QEMU/libvirt), kernel and CPU architecture: an ARM edge board builds and
+runs ARM images, and BM's cgroups and affinity are the board's. Only files travel over SSH:
+
+- code and inputs are copied once, content-addressed under the host's working directory
+  (``code/<sha256>/dlvirt``, ``datasets/<app>-<sha256>``): an unchanged tree is never sent again,
+  a changed one never goes stale, and a tree is complete or absent (unpacked aside, then renamed);
+- each job gets ``jobs/<run id>/`` for its spec's outputs, fetched back and then removed;
+- a job stopped here (Ctrl-C, SIGTERM from Snakemake) is stopped there too, so the remote runner's
+  own teardown runs.
+
+ssh runs in batch mode (never prompts) and checks host keys: against ``known_hosts_file`` when given,
+else as the user's ssh configuration says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import dlvirt
+from dlvirt.apps.base import DATASET_INFO
+from dlvirt.atomic import read_json, write_json_atomic
+from dlvirt.runner import new_run_id, stop_on_sigterm
+
+COMPLETE = ".dlvirt-complete"  # written last into a staged tree
+SKIP = ("__pycache__",)
+STOP_GRACE_S = 60              # how long a stopped remote runner may take to tear its platform down
+
+
+class RemoteError(RuntimeError):
+    pass
+
+
+def tree_sha256(root: Path) -> str:
+    """Content hash of every file under ``root`` (paths and bytes), skipping caches."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not set(p.parts) & set(SKIP)):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One edge host of the config (``hosts.<site>``) and the ssh command line that reaches it."""
+
+    site: str
+    ssh: str                       # user@host, or a Host alias of ~/.ssh/config
+    workdir: str                   # on the remote; relative = under the remote user's home
+    python: str                    # the remote interpreter (needs dlvirt's dependencies for benchmarks)
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts_file: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    connect_timeout_s: int = 30
+
+    @classmethod
+    def from_settings(cls, site: str, settings: dict[str, Any]) -> SshHost:
+        return cls(site=site, ssh=settings["ssh"], workdir=settings["workdir"], python=settings["python"],
+                   port=settings.get("port"), identity_file=settings.get("identity_file"),
+                   known_hosts_file=settings.get("known_hosts_file"),
+                   ssh_options=tuple(settings.get("ssh_options", ())))
+
+    def describe(self) -> dict[str, Any]:
+        return {"site": self.site, "ssh": self.ssh, "port": self.port, "workdir": self.workdir,
+                "python": self.python, "transport": "openssh"}
+
+    def argv(self, script: str) -> list[str]:
+        """ssh running ``script`` with POSIX sh in the working directory (created if missing)."""
+        options = ["BatchMode=yes", f"ConnectTimeout={self.connect_timeout_s}",
+                   "ServerAliveInterval=15", "ServerAliveCountMax=4"]
+        argv = ["ssh"]
+        if self.port is not None:
+            argv += ["-p", str(self.port)]
+        if self.identity_file:
+            argv += ["-i", self.identity_file]
+            options.append("IdentitiesOnly=yes")
+        if self.known_hosts_file:
+            options += [f"UserKnownHostsFile={self.known_hosts_file}", "StrictHostKeyChecking=yes"]
+        for option in (*options, *self.ssh_options):
+            argv += ["-o", option]
+        wd = shlex.quote(self.workdir)
+        return [*argv, "--", self.ssh, "sh -c " + shlex.quote(f"mkdir -p {wd} && cd {wd} && {script}")]
+
+    def run(self, script: str, timeout_s: float = 600, stdin: IO[bytes] | None = None) -> str:
+        """Run ``script`` remotely; its stdout, or RemoteError with its stderr."""
+        try:
+            proc = subprocess.run(self.argv(script), stdin=stdin or subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise RemoteError(f"host {self.site} ({self.ssh}): no answer within {timeout_s:.0f} s") from None
+        if proc.returncode != 0:
+            raise RemoteError(f"host {self.site} ({self.ssh}): `{script[:200]}` failed ({proc.returncode}): "
+                              f"{proc.stderr.decode(errors='replace').strip()[-2000:]}")
+        return proc.stdout.decode(errors="replace")
+
+    # -- files --------------------------------------------------------------------------------------
+    def stage(self, local: Path, remote: str) -> bool:
+        """Make ``remote`` (under the workdir) a complete copy of the directory ``local``, unless it
+        already is one. Returns whether anything was sent."""
+        if self.run(f"test -e {shlex.quote(remote)}/{COMPLETE} && echo present || echo absent").strip() == "present":
+            return False
+        target = shlex.quote(remote)
+        parent = shlex.quote(str(Path(remote).parent))
+        unpack = (f"mkdir -p {parent} && tmp=$(mktemp -d {parent}/.incoming.XXXXXX) && tar -xf - -C \"$tmp\" "
+                  f"&& touch \"$tmp/{COMPLETE}\" && if [ -e {target} ]; then rm -rf \"$tmp\"; "
+                  f"else mv \"$tmp\" {target}; fi")
+        excludes = [f"--exclude={name}" for name in SKIP]
+        with subprocess.Popen(["tar", *excludes, "-C", str(local), "-cf", "-", "."],
+                              stdout=subprocess.PIPE) as tar:
+            try:
+                self.run(unpack, timeout_s=3600, stdin=tar.stdout)
+            finally:
+                tar.kill()
+        return True
+
+    def fetch(self, remote: str, local: Path) -> None:
+        """Copy the remote directory ``remote`` into the local directory ``local``."""
+        local.mkdir(parents=True, exist_ok=True)
+        with subprocess.Popen(self.argv(f"tar -C {shlex.quote(remote)} -cf - ."), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as ssh:
+            untar = subprocess.run(["tar", "-xf", "-", "-C", str(local)], stdin=ssh.stdout, capture_output=True,
+                                   check=False)
+            _, err = ssh.communicate()
+        if ssh.returncode != 0 or untar.returncode != 0:
+            raise RemoteError(f"host {self.site}: fetching {remote} failed: "
+                              f"{err.decode(errors='replace').strip()} {untar.stderr.decode(errors='replace')}")
+
+    def stage_code(self) -> str:
+        """This dlvirt package on the remote (content-addressed); returns the PYTHONPATH entry."""
+        package = Path(dlvirt.__file__).resolve().parent
+        remote = f"code/{tree_sha256(package)}"
+        self.stage(package, f"{remote}/dlvirt")
+        # the remote interpreter must import this copy, not a dlvirt installed there
+        where = self.run(self.python_command(remote, "-c 'import dlvirt; print(dlvirt.__file__)'")).strip()
+        if not where.endswith(f"/{remote}/dlvirt/__init__.py"):
+            raise RemoteError(f"host {self.site}: {self.python} imports dlvirt from {where}, not from the staged "
+                              f"{remote}; remove that installation or point hosts.{self.site}.python elsewhere")
+        return remote
+
+    def python_command(self, code: str, args: str) -> str:
+        """The remote interpreter running ``args`` with the staged code ahead of anything installed."""
+        return f'PYTHONPATH="$PWD/{code}" exec {shlex.quote(self.python)} {args}'
+
+
+def remote_facts(host: SshHost) -> dict[str, Any]:
+    """The remote machine's host facts, measured there by the same code that writes results/host.json."""
+    code = host.stage_code()
+    probe = "import json, sys; from dlvirt.hostinfo import facts; json.dump(facts(), sys.stdout)"
+    facts: dict[str, Any] = json.loads(host.run(host.python_command(code, f"-c {shlex.quote(probe)}")))
+    facts["site"] = host.describe()
+    return facts
+
+
+def write_remote_facts(host: SshHost, output: Path) -> None:
+    write_json_atomic(output, remote_facts(host))
+
+
+def _local_only_inputs(spec: dict[str, Any], dataset_dir: Path) -> str | None:
+    """Inputs that live outside the dataset folder, which this version does not copy to an edge host."""
+    app = spec["app"]
+    if read_json(dataset_dir / DATASET_INFO).get("root"):
+        return f"apps.{app}.dataset.path (a real dataset on this host)"
+    if (spec["app_settings"].get("weights") or {}).get("path"):
+        return f"apps.{app}.weights.path (a weights file on this host)"
+    return None
+
+
+def run_job_remote(host: SshHost, spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, Any]:
+    """Run one benchmark job on ``host`` and write its result here, as ``runner.run_job`` does locally."""
+    stop_on_sigterm()
+    dataset_dir = Path(spec["dataset_dir"])
+    unsupported = _local_only_inputs(spec, dataset_dir)
+    if unsupported:
+        raise RemoteError(f"host {host.site}: {unsupported} cannot be used on an edge host yet; "
+                          "run that app there with synthetic inputs and random weights")
+    code = host.stage_code()
+    dataset_sha = tree_sha256(dataset_dir)
+    dataset = f"datasets/{spec['app']}-{dataset_sha}"
+    host.stage(dataset_dir, dataset)
+    job_dir = f"jobs/{new_run_id()}"
+    remote_spec = {**spec, "dataset_dir": dataset}
+    bench = (f"-m dlvirt bench --spec {shlex.quote(json.dumps(remote_spec, sort_keys=True))} "
+             f"--output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen")
+    script = f"mkdir -p {job_dir} && echo $$ > {job_dir}/pid && {host.python_command(code, bench)}"
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fetched = Path(tempfile.mkdtemp(prefix=".fetch-", dir=output.parent))
+    try:
+        # stdout/stderr inherited: the remote runner's output (progress, errors) lands in this job's log
+        with subprocess.Popen(host.argv(script), stdin=subprocess.DEVNULL) as ssh:
+            try:
+                returncode = ssh.wait(timeout=float(spec["timeout_s"]) + STOP_GRACE_S + 300)
+            except BaseException:
+                ssh.kill()
+                _stop_remote(host, job_dir)
+                raise
+        if returncode != 0:
+            raise RemoteError(f"host {host.site}: the remote benchmark job failed ({returncode}); see the log above")
+        host.fetch(job_dir, fetched)
+        result: dict[str, Any] = read_json(fetched / "run.json")
+        result["site"] = host.site
+        result["transport"] = {**host.describe(), "code_sha256": code.split("/")[-1], "dataset_sha256": dataset_sha}
+        if loadgen_dir.exists():
+            shutil.rmtree(loadgen_dir)
+        loadgen_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(fetched / "loadgen"), str(loadgen_dir))
+        write_json_atomic(output, result)
+        return result
+    finally:
+        shutil.rmtree(fetched, ignore_errors=True)
+        try:
+            host.run(f"rm -rf {job_dir}")
+        except RemoteError as err:  # never hide the job's own outcome behind a failed cleanup
+            print(f"dlvirt: could not remove {job_dir} on host {host.site}: {err}", file=sys.stderr)
+
+
+def _stop_remote(host: SshHost, job_dir: str) -> None:
+    """SIGTERM the remote runner (its teardown runs) and wait for it, SIGKILL after the grace time."""
+    wait = f"for i in $(seq {STOP_GRACE_S * 5}); do kill -0 $pid 2>/dev/null || exit 0; sleep 0.2; done"
+    host.run(f"pid=$(cat {job_dir}/pid 2>/dev/null) || exit 0; kill -TERM $pid 2>/dev/null || exit 0; "
+             f"{wait}; kill -KILL $pid", timeout_s=STOP_GRACE_S + 30)

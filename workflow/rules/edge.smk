@@ -1,0 +1,49 @@
+# Edge hosts (config hosts.<site>): the study's apps on another machine, over SSH. The remote runs
+# the same runner as a local benchmark job, on its own engines; code and inputs are copied once
+# (content-addressed) and results come back under results/sites/<site>/ (local paths unchanged).
+
+
+include: "sites.smk"
+
+
+# These jobs drive the remote machine from this host's SSH client: never submit them to a cluster.
+localrules:
+    site_host_facts,
+    site_benchmark,
+
+
+wildcard_constraints:
+    site="|".join(SITES) or "(?!)",
+
+
+checkpoint site_host_facts:
+    output:
+        SITE_FACTS,
+    params:
+        ssh=site_connection,
+    log:
+        "results/logs/sites/{site}/host_facts.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt site-facts --site {wildcards.site} --ssh {params.ssh} --output {output} > {log} 2>&1"
+
+
+rule site_benchmark:
+    input:
+        unpack(site_benchmark_inputs),
+    output:
+        run=SITE_RUN_FILE,
+        loadgen=directory(SITE_LOADGEN_DIR),
+    params:
+        spec=site_job_spec,
+        ssh=site_connection,
+    resources:
+        bench=1,
+    log:
+        "results/logs/sites/{site}/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt site-bench --site {wildcards.site} --ssh {params.ssh} --spec {params.spec}"
+        " --output {output.run} --loadgen-dir {output.loadgen} > {log} 2>&1"
