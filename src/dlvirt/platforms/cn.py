@@ -133,8 +133,8 @@ class Container(Platform):
                 "mem_limit": self.memory, "cgroupns": "host"}
 
     def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        job_path = self.workdir / "job.json"
-        out_dir = self.workdir / "out"
+        job_path = self.workdir.resolve() / "job.json"  # bind mounts need absolute paths
+        out_dir = self.workdir.resolve() / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(job_path, job)
         environment = {"HOME": "/tmp", **({"CUDA_VISIBLE_DEVICES": ""} if self.scenario.processor == "CPU" else {})}
