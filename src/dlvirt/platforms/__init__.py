@@ -9,6 +9,9 @@ from dlvirt.platforms.base import Platform
 # name -> "module:Class"; modules are imported on first use so building the DAG stays fast.
 _REGISTRY = {
     "BM": "dlvirt.platforms.bm:BareMetal",
+    "CN": "dlvirt.platforms.cn:Container",
+    "VM": "dlvirt.platforms.vm:VirtualMachine",
+    "MVM": "dlvirt.platforms.mvm:MicroVM",
 }
 
 

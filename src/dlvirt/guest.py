@@ -1,0 +1,385 @@
+"""What VM, MVM and VMCN share: the guest image, the accelerator, the job disk and one guest's life.
+
+A job travels on a second virtio disk (ext4, label ``dlvirt-job``) made on the host with
+``mkfs.ext4 -d``: ``run.sh``, the guest-side timeout, the job document, the dataset and the dlvirt
+package of this very run (so the guest runs exactly the host's code). The guest's init
+(``guestimage.GUEST_INIT``) runs ``run.sh`` under ``timeout``, writes ``exitcode``, syncs and powers
+off by sysrq; the host reads ``/out`` back with ``debugfs rdump`` — no network, no mounts. The
+guest has no network device at all. ``-no-reboot`` and ``panic=-1`` make a crashing guest end the
+VMM instead of looping, and the host kills a guest that outlives its own timeout.
+
+Boot-to-harness time is measured on the host: from starting the VMM to the moment the guest's
+start marker appears on its serial console (the console is a file the host polls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import dlvirt
+from dlvirt import guestimage
+from dlvirt.atomic import read_json, write_json_atomic
+from dlvirt.hostinfo import Capabilities
+from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError
+from dlvirt.scenario import Scenario
+
+GUEST_JOB_DIR = "/job"
+JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
+POLL_S = 0.05
+KILL_GRACE_S = 60.0             # host timeout = boot timeout + job timeout + this
+VCPU_THREAD = re.compile(r"^CPU (\d+)/(KVM|TCG)$")       # QEMU's names with debug-threads=on
+FIRECRACKER_VCPU_THREAD = re.compile(r"^fc_vcpu (\d+)$")
+# What systemd-detect-virt --vm says inside the guest, by accelerator.
+VM_TYPE = {"kvm": "kvm", "tcg": "qemu"}
+
+
+def kvm_problem(caps: Capabilities) -> str | None:
+    """Why KVM cannot run an ordinary guest kernel here (None when it can be tried)."""
+    if not caps.kvm_device:
+        return "no /dev/kvm"
+    if not caps.hw_virt:
+        return ("/dev/kvm exists but the CPU has no vmx/svm (a nested paging hypervisor such as kvm_pvm, "
+                "which boots only specially built guest kernels)")
+    return None
+
+
+def emulation_reason(caps: Capabilities, config: dict[str, Any]) -> str | None:
+    """Why a guest scenario is left out for want of an accelerator (None: KVM, or TCG allowed)."""
+    problem = kvm_problem(caps)
+    if problem is None or config.get("allow_emulation"):
+        return None
+    return (f"KVM not usable ({problem}); it would run under QEMU's TCG emulator, 10-15x slower — "
+            f"set allow_emulation: true to include it (results say accel=tcg)")
+
+
+def planned_accel(caps: Capabilities) -> str:
+    return "tcg" if kvm_problem(caps) else "kvm"
+
+
+def kernel_cmdline(extra: str = "") -> str:
+    line = (f"console=ttyS0 root=LABEL={guestimage.ROOT_LABEL} rw init={guestimage.INIT_PATH} "
+            f"panic=-1 quiet")
+    return f"{line} {extra}".strip()
+
+
+@dataclass(frozen=True)
+class BootFiles:
+    """Kernel, initrd and root disk a guest boots (the image's, or the user's kernel/initrd)."""
+
+    kernel: Path
+    initrd: Path
+    rootfs: Path
+    image: dict[str, Any]
+
+    @classmethod
+    def resolve(cls, settings: dict[str, Any], variant: str, section: str) -> BootFiles:
+        image_dir = Path(settings.get("image_dir") or f"{guestimage.DEFAULT_DIR}/{variant}")
+        image = guestimage.read_description(image_dir)
+        kernel = Path(settings.get("kernel") or image_dir / "vmlinuz")
+        initrd = Path(settings.get("initrd") or image_dir / "initrd.img")
+        for key, path in (("kernel", kernel), ("initrd", initrd)):
+            if not path.is_file():
+                raise PlatformError(f"platforms.{section}.{key}: {path} does not exist")
+        return cls(kernel.resolve(), initrd.resolve(), (image_dir / "rootfs.img").resolve(), image)
+
+
+def vcpu_threads(pid: int, pattern: re.Pattern[str] = VCPU_THREAD) -> dict[int, tuple[int, ...]]:
+    """vCPU index -> host CPU affinity of its thread in VMM process ``pid``."""
+    threads: dict[int, tuple[int, ...]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            match = pattern.match((task / "comm").read_text().strip())
+            if match:
+                threads[int(match.group(1))] = tuple(sorted(os.sched_getaffinity(int(task.name))))
+    return threads
+
+
+def _run_quiet(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def make_job_disk(disk: Path, staging: Path, headroom_mib: int = JOB_HEADROOM_MIB) -> None:
+    used = int(_run_quiet(["du", "-sm", str(staging)]).stdout.split()[0])
+    size = max(64, int(used * 1.2) + headroom_mib)
+    proc = _run_quiet(["mkfs.ext4", "-q", "-F", "-L", guestimage.JOB_LABEL, "-E", "root_owner=0:0",
+                       "-d", str(staging), str(disk), f"{size}M"])
+    if proc.returncode != 0:
+        raise PlatformError(f"mkfs.ext4 of the job disk failed: {proc.stderr.strip()}")
+
+
+def read_job_disk(disk: Path, dest: Path) -> int | None:
+    """Copy the guest's /out to ``dest``/out; return its exit status (None: the job never ended)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    status = _run_quiet(["debugfs", "-R", "cat /exitcode", str(disk)])
+    if _run_quiet(["debugfs", "-R", "stat /out", str(disk)]).returncode == 0:
+        proc = _run_quiet(["debugfs", "-R", f"rdump /out {dest}", str(disk)])
+        if proc.returncode != 0:
+            raise PlatformError(f"debugfs rdump of the job disk failed: {proc.stderr.strip()}")
+    text = status.stdout.strip()
+    return int(text) if status.returncode == 0 and text.isdigit() else None
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    """Hard links where possible (same file system): the dataset can be large."""
+    def link_or_copy(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+    shutil.copytree(src, dest, copy_function=link_or_copy)
+
+
+@dataclass
+class GuestRun:
+    """What one guest boot gave: exit status, boot-to-start time, accelerator used, console text."""
+
+    exit_status: int | None
+    boot_s: float | None
+    accel: str
+    total_s: float
+    console: str
+    host_observed: dict[str, Any]
+
+
+class GuestPlatform(Platform):
+    """A platform whose harness runs in a guest booted from a guestimage variant.
+
+    Subclasses start and stop the VMM (libvirt, QEMU microvm, Firecracker); this class makes the
+    disks, watches the console, enforces the timeouts and reads the results back."""
+
+    image_variant: ClassVar[str] = "full"
+    guest_python: ClassVar[str] = f"{guestimage.GUEST_VENV}/bin/python"
+
+    def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
+        super().__init__(scenario, config, workdir, run_id)
+        self.domain_name = f"dlvirt-{run_id}"
+        self.last_run: GuestRun | None = None
+        self.accel_note: str | None = None
+
+    # -- planning -----------------------------------------------------------------------------
+    @classmethod
+    def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
+        why = super().unavailable_reason(scenario, caps, config)
+        if why is None and not caps.qemu:
+            why = "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+        return why or emulation_reason(caps, config)
+
+    # -- subclass hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def _start_vmm(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> None:
+        """Start the guest; it runs until it powers off or is stopped."""
+
+    @abstractmethod
+    def _vmm_running(self) -> bool: ...
+
+    @abstractmethod
+    def _vmm_pid(self) -> int | None: ...
+
+    @abstractmethod
+    def _stop_vmm(self) -> None:
+        """Stop the guest now (idempotent)."""
+
+    def _root_disk(self, boot: BootFiles, dest: Path) -> Path:
+        """A private copy-on-write root disk, so concurrent guests never share a writable disk."""
+        disk = dest / "root.qcow2"
+        proc = _run_quiet(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(boot.rootfs),
+                           str(disk)])
+        if proc.returncode != 0:
+            raise PlatformError(f"qemu-img create of the root disk failed: {proc.stderr.strip()}")
+        return disk
+
+    def _on_guest_started(self) -> dict[str, Any]:
+        """Host-side checks while the guest runs; the returned facts go into describe()."""
+        return {}
+
+    def guest_script(self, job: dict[str, Any]) -> str:
+        """The shell script that runs the harness inside the guest."""
+        return (f'PY={self.guest_python}; [ -x "$PY" ] || PY=python3\n'
+                f"PYTHONPATH={GUEST_JOB_DIR}/src exec \"$PY\" -m dlvirt.harness "
+                f"{GUEST_JOB_DIR}/job.json {GUEST_JOB_DIR}/out\n")
+
+    # -- Platform -----------------------------------------------------------------------------
+    def provision(self) -> None:
+        from dlvirt.hostinfo import capabilities
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.caps = capabilities()
+        self.boot_files = BootFiles.resolve(self.config, self.image_variant, self.name)
+        self.accel = planned_accel(self.caps)
+        self.vcpus = self.scenario.cores
+        self.host_cpus = self.pinned_cpus(tuple(sorted(os.sched_getaffinity(0))), self.vcpus) \
+            if self.scenario.pinned else None
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        files: dict[str, Path] = {"dataset": Path(job["dataset_dir"])}
+        guest_job = {**job, "dataset_dir": f"{GUEST_JOB_DIR}/dataset"}
+        weights = (job.get("app_settings") or {}).get("weights") or {}
+        if weights.get("path"):
+            files["weights"] = Path(weights["path"]).parent
+            guest_job["app_settings"] = {**job["app_settings"],
+                                         "weights": {**weights, "path": f"{GUEST_JOB_DIR}/weights/"
+                                                     f"{Path(weights['path']).name}"}}
+        out = self.execute(self.guest_script(guest_job), timeout_s, files=files, job=guest_job)
+        return read_json(out / "harness.json")  # type: ignore[no-any-return]
+
+    def execute(self, script: str, timeout_s: float, *, files: dict[str, Path] | None = None,
+                job: dict[str, Any] | None = None) -> Path:
+        """Boot a guest that runs ``script`` (sh) with ``files`` under /job; return the host copy
+        of the guest's /job/out. Raises PlatformError on timeout or a non-zero exit status."""
+        staging = self.workdir / "jobdisk"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        (staging / "run.sh").write_text("set -e\n" + script)
+        (staging / "timeout_s").write_text(f"{int(timeout_s)}\n")
+        package = Path(dlvirt.__file__).parent
+        shutil.copytree(package, staging / "src" / "dlvirt", ignore=shutil.ignore_patterns("__pycache__"))
+        if job is not None:
+            write_json_atomic(staging / "job.json", job)
+        for name, src in (files or {}).items():
+            _copy_tree(src, staging / name) if src.is_dir() else shutil.copy2(src, staging / name)
+        (staging / "out").mkdir()
+        job_disk = self.workdir / "job.img"
+        make_job_disk(job_disk, staging)
+        shutil.rmtree(staging)
+        run = self._boot(job_disk, timeout_s)
+        out_parent = self.workdir / "guest"
+        status = read_job_disk(job_disk, out_parent)
+        job_disk.unlink(missing_ok=True)
+        run.exit_status = status
+        self.last_run = run
+        tail = "\n".join(run.console.splitlines()[-40:])
+        print(f"--- guest console ({self.name}, accel={run.accel}) ---\n{tail}\n---", flush=True)
+        if status is None:
+            raise PlatformError(f"the guest ended without finishing its job (no exit status on the job disk); "
+                                f"console tail:\n{tail}")
+        if status == 124:
+            raise PlatformError(f"the job exceeded the guest-side timeout of {timeout_s:.0f} s and was killed")
+        if status != 0:
+            raise PlatformError(f"the job in the guest exited with status {status}; console tail:\n{tail}")
+        target = self.workdir / "out"
+        if target.exists():
+            shutil.rmtree(target)
+        (out_parent / "out").rename(target)
+        shutil.rmtree(out_parent, ignore_errors=True)
+        return target
+
+    def _boot(self, job_disk: Path, timeout_s: float) -> GuestRun:
+        boot_timeout = float(self.config.get("boot_timeout_s") or 600)
+        attempts = [self.accel]
+        if self.accel == "kvm" and self.config.get("allow_emulation"):
+            attempts.append("tcg")  # the boot probe: KVM that cannot boot our kernel in time
+        for accel in attempts:
+            root_disk = self._root_disk(self.boot_files, self.workdir)
+            console = self.workdir / "console.log"
+            console.unlink(missing_ok=True)
+            console.touch()
+            try:
+                run = self._watch(accel, root_disk, job_disk, console, boot_timeout, timeout_s)
+            finally:
+                self._stop_vmm()
+                root_disk.unlink(missing_ok=True)
+            if run is not None:
+                self.accel = accel
+                return run
+            self.accel_note = f"KVM did not boot the guest within {boot_timeout:.0f} s; fell back to TCG"
+        raise PlatformError(f"the guest did not reach its job within boot_timeout_s={boot_timeout:.0f} s "
+                            f"(accelerator {attempts[-1]}); console tail:\n{_tail(console)}")
+
+    def _watch(self, accel: str, root_disk: Path, job_disk: Path, console: Path, boot_timeout: float,
+               timeout_s: float) -> GuestRun | None:
+        """Run one boot to its end. None when the guest did not reach its job within the boot
+        timeout (the VMM is stopped by the caller)."""
+        host_observed: dict[str, Any] = {}
+        started = time.monotonic()
+        self._start_vmm(accel, root_disk, job_disk, console)
+        boot_s: float | None = None
+        seen = ""
+        with open(console, errors="replace") as stream:
+            while True:
+                seen += stream.read()
+                now = time.monotonic()
+                if boot_s is None and guestimage.START_MARKER in seen:
+                    boot_s = now - started
+                    host_observed = self._on_guest_started()
+                if not self._vmm_running():
+                    seen += stream.read()
+                    break
+                if boot_s is None and now - started > boot_timeout:
+                    return None
+                if boot_s is not None and now - started > boot_s + timeout_s + KILL_GRACE_S:
+                    self._stop_vmm()
+                    raise PlatformError(f"the guest outlived the host-side timeout of {timeout_s:.0f} s "
+                                        f"(+{KILL_GRACE_S:.0f} s grace) and was killed")
+                time.sleep(POLL_S)
+        if boot_s is None:
+            raise PlatformError(f"the guest stopped before reaching its job; console tail:\n{seen[-3000:]}")
+        return GuestRun(None, round(boot_s, 3), accel, round(time.monotonic() - started, 3), seen, host_observed)
+
+    def expected(self) -> Expected:
+        cpus = tuple(range(self.vcpus))
+        return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus, quota_cores=None,
+                        container="none", vm=VM_TYPE[self.accel])
+
+    def teardown(self) -> None:
+        self._stop_vmm()
+        for name in ("job.img", "root.qcow2", "root.img", "jobdisk", "guest", "console.log"):
+            path = self.workdir / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+    def describe(self) -> dict[str, Any]:
+        run = self.last_run
+        facts: dict[str, Any] = {
+            "platform": self.name,
+            "accel": run.accel if run else self.accel,
+            "boot_s": run.boot_s if run else None,
+            "guest_total_s": run.total_s if run else None,
+            "vcpus": self.vcpus,
+            "pinned_host_cpus": list(self.host_cpus) if self.host_cpus else None,
+            "kernel": str(self.boot_files.kernel),
+            "image": self.boot_files.image,
+            "host_observed": run.host_observed if run else {},
+        }
+        if self.accel_note:
+            facts["accel_note"] = self.accel_note
+        return facts
+
+    # -- shared host-side verification ------------------------------------------------------------
+    def check_vcpu_pinning(self, pid: int | None, pattern: re.Pattern[str] = VCPU_THREAD) -> dict[str, Any]:
+        """PIN: every vCPU thread of the VMM must be allowed on exactly its host core."""
+        if pid is None:
+            raise VerificationError("no VMM process to check the vCPU threads of")
+        threads = vcpu_threads(pid, pattern)
+        observed = {str(v): list(cpus) for v, cpus in sorted(threads.items())}
+        if self.host_cpus is None:
+            return {"vcpu_thread_affinity": observed}
+        problems = []
+        if sorted(threads) != list(range(self.vcpus)):
+            problems.append(f"found vCPU threads {sorted(threads)}, expected {list(range(self.vcpus))}")
+        for vcpu, cpus in threads.items():
+            if vcpu < len(self.host_cpus) and cpus != (self.host_cpus[vcpu],):
+                problems.append(f"vCPU {vcpu} thread may run on host CPUs {list(cpus)}, "
+                                f"pinned to {self.host_cpus[vcpu]}")
+        if problems:
+            self._stop_vmm()
+            raise VerificationError(f"{self.scenario.name}: " + "; ".join(problems))
+        return {"vcpu_thread_affinity": observed}
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no console output)"

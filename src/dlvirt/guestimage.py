@@ -1,0 +1,259 @@
+"""Build the guest disk images that VM, MVM and VMCN boot, offline from the host's wheelhouse.
+
+An image is a directory ``<dir>/<variant>/`` holding ``rootfs.img`` (raw ext4, label
+``dlvirt-root``), the Debian kernel ``vmlinuz`` and a small ``initrd.img`` (virtio/ext4 modules
+only), and ``image.json`` describing what is in it. Variants:
+
+- ``probe``: python3 only. Enough for the platform tests: the dlvirt package comes on the job disk
+  of every run, and ``observe`` needs nothing but the standard library.
+- ``full``: the same Python stack as bare metal (``envs/requirements.txt``), installed from a
+  wheelhouse resolved on the host (``pip wheel``), so the guest never needs the network.
+- ``docker``: ``docker.io`` with the CN image preloaded into the guest's Docker storage (VMCN runs
+  the harness in that container, so the guest itself needs no Python stack).
+
+The guest boots ``/usr/local/sbin/dlvirt-init`` (``GUEST_INIT``) instead of systemd: it mounts the job
+disk, runs its ``run.sh`` under a guest-side timeout, records the exit status and powers off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dlvirt.atomic import write_json_atomic
+
+VARIANTS = ("probe", "full", "docker")
+DEFAULT_DIR = "resources/guest"  # <DEFAULT_DIR>/<variant>/, relative to the workflow directory
+SUITE = "bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+ROOT_LABEL = "dlvirt-root"
+JOB_LABEL = "dlvirt-job"
+INIT_PATH = "/usr/local/sbin/dlvirt-init"
+GUEST_VENV = "/opt/dlvirt"
+# Written to the console by the guest right before the job's command starts: the host takes the
+# time it appears as the end of the boot (boot-to-harness time).
+START_MARKER = "dlvirt-guest: job start"
+
+# systemd is installed for systemd-detect-virt only (the guest boots GUEST_INIT, not systemd).
+BASE_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "udev", "python3", "systemd",
+                 "procps", "e2fsprogs")
+VARIANT_PACKAGES = {
+    "probe": (),
+    "full": ("python3-venv", "ca-certificates"),
+    "docker": ("docker.io", "iptables", "busybox-static", "ca-certificates"),
+}
+# Only what the guest needs to find its disks: a 6-7 MB initrd boots much faster under TCG than
+# Debian's default MODULES=most one.
+INITRD_MODULES = ("virtio_pci", "virtio_mmio", "virtio_blk", "virtio_console", "ext4", "crc32c_generic")
+
+GUEST_INIT = f"""#!/bin/sh
+# dlvirt guest init: mount the job disk, run its run.sh under the guest-side timeout, record the
+# exit status on the disk, power off. The host reads the disk back with debugfs (no network).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# the initramfs has already moved /proc, /sys and /dev onto the root; a user's may not have
+mountpoint -q /proc || mount -t proc proc /proc
+mountpoint -q /sys || mount -t sysfs sysfs /sys
+mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+hostname dlvirt-guest
+mkdir -p /job
+status=125
+if mount LABEL={JOB_LABEL} /job; then
+    limit=$(cat /job/timeout_s)
+    echo "{START_MARKER}"
+    timeout -k 10 "$limit" /bin/sh /job/run.sh
+    status=$?
+    echo "$status" > /job/exitcode
+    [ "$status" -eq 124 ] && echo "dlvirt-guest: job exceeded the guest-side timeout of $limit s"
+    sync
+    umount /job
+else
+    echo "dlvirt-guest: no disk labelled {JOB_LABEL}"
+fi
+echo "dlvirt-guest: job exit status $status, powering off"
+sync
+echo o > /proc/sysrq-trigger
+sleep 5
+echo b > /proc/sysrq-trigger
+"""
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def _run(cmd: list[str], log: Any = None, **kwargs: Any) -> None:
+    print("+", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, check=False, **kwargs)
+    if proc.returncode != 0:
+        raise ImageError(f"{cmd[0]} failed with status {proc.returncode}: {' '.join(cmd)}")
+
+
+@contextlib.contextmanager
+def _proc_mounted(rootfs: Path) -> Iterator[None]:
+    """/proc inside the chroot for package scripts. Only /proc: binding the host's /dev into a
+    chroot lets package scripts change host device nodes (seen: /dev/kvm's group)."""
+    proc = rootfs / "proc"
+    proc.mkdir(exist_ok=True)
+    _run(["mount", "-t", "proc", "proc", str(proc)])
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(proc)], check=False)
+
+
+def _chroot(rootfs: Path, *cmd: str) -> None:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C",
+           "HOME": "/root"}
+    _run(["chroot", str(rootfs), *cmd], env=env)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path) -> None:
+    """A venv at GUEST_VENV with the locked requirements, installed offline from the wheelhouse."""
+    if not wheelhouse.is_dir() or not any(wheelhouse.glob("*.whl")):
+        raise ImageError(f"wheelhouse {wheelhouse} has no wheels (build it with `python -m dlvirt wheelhouse`)")
+    staged = rootfs / "tmp" / "wheelhouse"
+    shutil.copytree(wheelhouse, staged, copy_function=os.link if _same_fs(wheelhouse, rootfs) else shutil.copy2)
+    shutil.copy2(requirements, staged / "requirements.txt")
+    try:
+        _chroot(rootfs, "python3", "-m", "venv", GUEST_VENV)
+        _chroot(rootfs, f"{GUEST_VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--find-links",
+                "/tmp/wheelhouse", "-r", "/tmp/wheelhouse/requirements.txt")
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return a.stat().st_dev == b.stat().st_dev
+
+
+def _preload_docker_image(rootfs: Path, image_tar: Path) -> None:
+    """Load the CN image into the guest's /var/lib/docker with a dockerd of our own whose data root
+    is the guest's, so VMCN needs no `docker load` (minutes under TCG) at boot."""
+    from dlvirt.engines import Dockerd  # the CN platform's daemon lifecycle
+
+    data_root = rootfs / "var" / "lib" / "docker"
+    data_root.mkdir(parents=True, exist_ok=True)
+    with Dockerd.private(data_root=data_root, name="dlvirt-guestimage") as daemon:
+        _run(daemon.cli("load", "-i", str(image_tar)))
+
+
+def _sizes_mib(rootfs: Path) -> int:
+    out = subprocess.run(["du", "-sxm", str(rootfs)], capture_output=True, text=True, check=True)
+    used = int(out.stdout.split()[0])
+    return int(used * 1.25) + 512  # room for the page cache's dirty data, logs and dockerd state
+
+
+def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, requirements: Path | None = None,
+          docker_image_tar: Path | None = None, mirror: str = DEFAULT_MIRROR,
+          cache_dir: Path | None = None) -> dict[str, Any]:
+    """Build ``variant`` into ``output_dir`` (replaced atomically: a failed build leaves nothing)."""
+    if variant not in VARIANTS:
+        raise ImageError(f"unknown guest image variant {variant!r} (one of {', '.join(VARIANTS)})")
+    for tool in ("debootstrap", "mkfs.ext4", "chroot"):
+        if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
+            raise ImageError(f"{tool} not found (apt-get install debootstrap e2fsprogs)")
+    started = time.monotonic()
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".build-{variant}-", dir=output_dir.parent))
+    try:
+        rootfs = work / "rootfs"
+        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(('python3', 'kmod'))}"]
+        if cache_dir is not None:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            cmd.append(f"--cache-dir={cache_dir.resolve()}")
+        _run([*cmd, SUITE, str(rootfs), mirror])
+        # The initrd is generated by the kernel package's postinst: configure it first.
+        _write(rootfs / "etc/initramfs-tools/conf.d/dlvirt", "MODULES=list\nCOMPRESS=zstd\n")
+        _write(rootfs / "usr/share/initramfs-tools/modules.d/dlvirt", "\n".join(INITRD_MODULES) + "\n")
+        _write(rootfs / "etc/fstab", f"LABEL={ROOT_LABEL} / ext4 rw,relatime 0 1\n")
+        _write(rootfs / "etc/hostname", "dlvirt-guest\n")
+        with _proc_mounted(rootfs):
+            _chroot(rootfs, "apt-get", "update", "-qq")
+            _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "zstd",
+                    *BASE_PACKAGES, *VARIANT_PACKAGES[variant])
+            if variant == "full":
+                if wheelhouse is None or requirements is None:
+                    raise ImageError("the full guest image needs a wheelhouse and a requirements file")
+                _install_python_stack(rootfs, Path(wheelhouse), Path(requirements))
+            _chroot(rootfs, "apt-get", "clean")
+        if variant == "docker":
+            if docker_image_tar is None:
+                raise ImageError("the docker guest image needs the CN image as a `docker save` tar")
+            _preload_docker_image(rootfs, Path(docker_image_tar))
+        shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+        _write(rootfs / INIT_PATH.lstrip("/"), GUEST_INIT, 0o755)
+        staging = work / "out"
+        staging.mkdir()
+        kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
+        initrds = sorted((rootfs / "boot").glob("initrd.img-*"))
+        if not kernels or not initrds:
+            raise ImageError(f"no kernel/initrd under {rootfs / 'boot'} after installing linux-image-amd64")
+        shutil.copy2(kernels[-1], staging / "vmlinuz")
+        shutil.copy2(initrds[-1], staging / "initrd.img")
+        size_mib = _sizes_mib(rootfs)
+        _run(["mkfs.ext4", "-q", "-F", "-L", ROOT_LABEL, "-E", "root_owner=0:0", "-d", str(rootfs),
+              str(staging / "rootfs.img"), f"{size_mib}M"])
+        description = {
+            "variant": variant,
+            "suite": SUITE,
+            "mirror": mirror,
+            "kernel": kernels[-1].name.removeprefix("vmlinuz-"),
+            "initrd_bytes": (staging / "initrd.img").stat().st_size,
+            "rootfs_mib": size_mib,
+            "python_venv": GUEST_VENV if variant == "full" else None,
+            "docker_image_tar": str(docker_image_tar) if docker_image_tar else None,
+            "build_s": round(time.monotonic() - started, 1),
+        }
+        write_json_atomic(staging / "image.json", description)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+        return description
+    finally:
+        with contextlib.suppress(OSError):
+            subprocess.run(["umount", "-l", str(work / "rootfs" / "proc")], capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def read_description(image_dir: Path) -> dict[str, Any]:
+    path = Path(image_dir) / "image.json"
+    try:
+        return dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise ImageError(f"no guest image at {image_dir} (image.json missing; the workflow builds it)") from None
+
+
+def build_wheelhouse(requirements: Path, output_dir: Path) -> None:
+    """Wheels for every locked requirement, resolved on the host (sdists built into wheels), so
+    guests and containers install offline with ``--no-index``."""
+    output_dir = Path(output_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=output_dir.parent))
+    try:
+        _run([sys.executable, "-m", "pip", "wheel", "-q", "-r", str(requirements), "-w", str(tmp)])
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        tmp.rename(output_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
