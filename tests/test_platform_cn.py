@@ -104,8 +104,9 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     assert our_containers(engine) == []
 
 
-def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_path):
-    result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
+def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative output paths, as the workflow passes them
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN"), Path("r.json"), Path("lg"))
     observed = result["runs"][0]["observed"]
     mine = sorted(os.sched_getaffinity(0))[:1]
     assert observed["affinity"] == mine and observed["nproc"] == 1
