@@ -99,8 +99,10 @@ def reasons(gaps: list[tuple[str, str]] | list[list[str]], *, detail: bool = Fal
     for gap in found:
         if gap.scenario is not None:
             grouped.setdefault(gap.why, []).append(gap.what)
-    matrix = [_named(g) for g in found if g.platform or g.processor]
-    return [f"{_examples(whats)}: {why}" for why, whats in grouped.items()] + matrix + whole
+    matrix = [g for g in found if g.platform or g.processor]
+    if where.get("platforms") is not None:  # asked about platforms: theirs first
+        matrix.sort(key=lambda g: g.platform is None)
+    return [f"{_examples(whats)}: {why}" for why, whats in grouped.items()] + [_named(g) for g in matrix] + whole
 
 
 def _named(gap: Gap) -> str:

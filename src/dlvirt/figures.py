@@ -131,7 +131,8 @@ def absent_note(ax: plt.Axes, rows: pd.DataFrame, platforms: Iterable[str], gaps
     if not absent:
         return
     why = "; ".join(why_missing(gaps, "not in the summary", platforms=absent, **where))
-    ax.text(0.0, -0.2, textwrap.fill(f"not measured on this host: {', '.join(absent)} — {why}", 100),
+    chars = int(ax.get_position().width * ax.figure.get_figwidth() * 15)  # ~15 characters per inch at 7 pt
+    ax.text(0.0, -0.2, textwrap.fill(f"not measured on this host: {', '.join(absent)} — {why}", chars),
             transform=ax.transAxes, fontsize=7, va="top", color="#555555")
 
 
@@ -231,7 +232,6 @@ def _level_bars(ax: plt.Axes, rows: pd.DataFrame, platforms: list[str], title: s
     _emulated_note(ax, rows)
     ax.set_title(title, fontsize=10)
     ax.set_ylabel("E2E inference time (s)")
-    ax.set_ylim(bottom=0)
     ax.legend(title="CPU mode", fontsize=8)
 
 
@@ -264,6 +264,7 @@ def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str
             present = [p for p in platforms if p in set(at_level["platform"])]
             _level_bars(ax, at_level, present, title.format(c=level, h=cores))
             absent_note(ax, at_level, platforms, gaps, tool="mlperf", app=app, processor=processor, cores=level)
+    axes[0].set_ylim(bottom=0)  # shared by both panels; set once both are drawn
     fig.suptitle(f"Fig. 9: {app.upper()} E2E time without idle host cores ({processor})")
     _footer(fig, host)
     fig.tight_layout()
