@@ -22,7 +22,7 @@ from dlvirt.stats import estimate
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
     "scenario", "reps", "outliers", "mean_s", "ci95_s", "std_s", "pre_s", "infer_s", "post_s",
-    "samples", "samples_per_s", "loadgen_valid", "accel", "threads_policy", "threads",
+    "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
     "dataset_source", "weights", "host", "hardware",
 ]
 
@@ -54,6 +54,8 @@ def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": float(np.mean([r["samples_per_s"] for r in runs])),
         "loadgen_valid": validity == {"VALID"} if "loadgen" in runs[0] else None,
         "accel": result["platform"].get("accel", "none"),
+        # what the guest took to boot (VM, MVM, VMCN record it; empty for platforms that do not boot)
+        "boot_s": result["platform"].get("boot_s"),
         "threads_policy": runs[0]["threads"]["policy"],
         "threads": runs[0]["threads"]["intra_op"],
         "dataset_source": result["dataset"]["source"],
