@@ -152,26 +152,30 @@ def test_smoke_study_with_an_edge_host(sshd: Sshd, workflow_dir: Path) -> None:
     config = smoke_config()
     one_core = [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]
     config["study"].update(repetitions=1, warmup_repetitions=0, matrix=one_core)
-    # "all" is the edge's cores as measured there; 64 cores are more than it has: left out
+    # "all" is the edge's cores as measured there; 64 cores are more than it has: left out.
+    # Vanilla (a CFS quota), as Figure 11 draws the edge.
     config["hosts"] = {"edge": {**sshd.settings, "matrix": [{"platforms": ["BM"], "cores": ["all", 64],
-                                                             "pinning": ["PIN"]}]}}
+                                                             "pinning": ["VNL"]}]}}
     write_config(workflow_dir / "edge.yaml", config)
-    proc = snakemake(workflow_dir, "results/summary.csv", "--configfile", "edge.yaml", timeout=480)
+    proc = snakemake(workflow_dir, "results/summary.csv", "results/figures/fig11.png", "--configfile", "edge.yaml",
+                     timeout=480)
     cores = len(os.sched_getaffinity(0))
-    assert f"left out on edge: BM/64/PIN/CPU: 64 cores requested, host has {cores}" in proc.stderr
+    assert f"left out on edge: BM/64/VNL/CPU: 64 cores requested, host has {cores}" in proc.stderr
 
     results = workflow_dir / "results"
     summary = pd.read_csv(results / "summary.csv")
     assert sorted(zip(summary.site, summary.scenario, strict=True)) == \
-        [("edge", f"BM/{cores}/PIN/CPU"), ("local", "BM/1/PIN/CPU")]
+        [("edge", f"BM/{cores}/VNL/CPU"), ("local", "BM/1/PIN/CPU")]
     assert (summary.reps == 1).all() and (summary.mean_s > 0).all()
+    assert (results / "figures" / "fig11.png").stat().st_size > 10_000  # the paper's edge figure
 
     local = json.loads((results / "runs/mlperf/ic/BM/1/PIN/CPU.json").read_text())
     assert "site" not in local
-    edge = json.loads((results / f"sites/edge/runs/mlperf/ic/BM/{cores}/PIN/CPU.json").read_text())
+    edge = json.loads((results / f"sites/edge/runs/mlperf/ic/BM/{cores}/VNL/CPU.json").read_text())
     assert edge["site"] == "edge" and edge["verified"] and edge["transport"]["ssh"] == sshd.settings["ssh"]
-    assert edge["runs"][0]["observed"]["affinity"] == sorted(os.sched_getaffinity(0))
-    assert (results / f"sites/edge/loadgen/mlperf/ic/BM/{cores}/PIN/CPU/rep-0000/mlperf_log_summary.txt").exists()
+    observed = edge["runs"][0]["observed"]
+    assert observed["affinity"] == sorted(os.sched_getaffinity(0)) and observed["quota_cores"] == pytest.approx(cores)
+    assert (results / f"sites/edge/loadgen/mlperf/ic/BM/{cores}/VNL/CPU/rep-0000/mlperf_log_summary.txt").exists()
 
     # The edge's facts, measured over SSH: this same machine, and they say so.
     facts = json.loads((results / "host-edge.json").read_text())
@@ -180,8 +184,9 @@ def test_smoke_study_with_an_edge_host(sshd: Sshd, workflow_dir: Path) -> None:
 
     # Code and inputs were staged once, content-addressed; no job folder is left on the remote.
     remote = sshd.remote_workdir
-    assert [p.name for p in (remote / "code").iterdir()] == [edge["transport"]["code_sha256"]]
+    assert (remote / "code" / edge["transport"]["code_sha256"] / "dlvirt" / COMPLETE).exists()
     assert (remote / "datasets" / f"ic-{edge['transport']['dataset_sha256']}" / COMPLETE).exists()
     assert list((remote / "jobs").iterdir()) == []
-    rerun = snakemake(workflow_dir, "results/summary.csv", "--configfile", "edge.yaml", "-n")
+    rerun = snakemake(workflow_dir, "results/summary.csv", "results/figures/fig11.png", "--configfile", "edge.yaml",
+                      "-n")
     assert "Nothing to be done" in rerun.stdout + rerun.stderr
