@@ -26,7 +26,7 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     snakemake(workflow_dir, "all", "--configfile", str(config))
 
     summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
-    bm = summary[(summary.platform == "BM") & (summary.app == "ic")]
+    bm = summary[(summary.platform == "BM") & (summary.app == "ic") & (summary.tool == "mlperf")]
     assert sorted(bm.scenario) == ["BM/1/PIN/CPU", "BM/1/VNL/CPU", "BM/2/PIN/CPU", "BM/2/VNL/CPU"]
     assert (bm.reps == 2).all() and (bm.mean_s > 0).all() and bm.loadgen_valid.all()
     assert (bm.dataset_source == "synthetic").all() and (bm.weights == "random").all()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -161,10 +162,17 @@ def _time_experimenter(job: dict[str, Any], params: dict[str, Any], log_file: Pa
     checkout = Path(job["dlbs"]["path"])
     env = dict(os.environ, DLBS_ROOT=str(checkout),
                PYTHONPATH=os.pathsep.join(filter(None, [str(checkout / "python"), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run(experimenter_command(checkout, params, log_file), env=env, check=False)
+    # Its own session, so that a failure or Ctrl-C here also stops the benchmark processes it launched.
+    proc = subprocess.Popen(experimenter_command(checkout, params, log_file), env=env, start_new_session=True)
+    try:
+        returncode = proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     logged = parse_log_file(log_file) if log_file.is_file() else {}
-    if proc.returncode != 0 or not logged.get("results.time"):
-        raise DlbsError(f"DLBS experimenter (exit {proc.returncode}) left no results.time in {log_file}; "
+    if returncode != 0 or not logged.get("results.time"):
+        raise DlbsError(f"DLBS experimenter (exit {returncode}) left no results.time in {log_file}; "
                         f"status {logged.get('exp.status')!r} {logged.get('exp.status_msg', '')}")
     data = logged.get("results.time_data") or [logged["results.time"]] * params["exp.num_batches"]
     return np.asarray(data, dtype=float)
