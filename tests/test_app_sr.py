@@ -165,6 +165,15 @@ def test_synthetic_dataset_is_mlperf_shaped_and_preprocesses(dataset):
     assert utterance.symbols == len(manifest[1]["transcript"])
 
 
+def test_model_only_batch_has_the_workloads_shape_and_decodes(dataset):
+    app = SpeechRecognition({"dataset": {"count": 2}, "seed": 0}, dataset, "CPU", THREADS)
+    app.load_model()
+    batch = app.synthetic_batch(2)
+    assert [tuple(u.features.shape) for u in batch] == [(LogMelFeatures.frames(2 * SAMPLE_RATE), 240)] * 2
+    decoded = app.infer(batch)
+    assert [len(d.labels) for d in decoded] == [u.symbols for u in batch] == [30, 30]
+
+
 def test_librispeech_conversion_drops_long_clips(tmp_path):
     import soundfile
 
