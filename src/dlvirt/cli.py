@@ -33,7 +33,8 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 def _print_times(result: dict[str, Any]) -> None:
     times = ", ".join(f"{r['e2e_s']:.3f}" for r in result["runs"])
-    print(f"{result['scenario_name']} {result['app']}: E2E seconds per repetition: {times}")
+    measure = "model-only" if result["tool"] == "dlbs" else "E2E"
+    print(f"{result['scenario_name']} {result['tool']} {result['app']}: {measure} seconds per repetition: {times}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
