@@ -11,6 +11,7 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/host.smk"
 include: "workflow/rules/datasets.smk"
+include: "workflow/rules/images.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/edge.smk"
 include: "workflow/rules/aggregate.smk"
@@ -19,8 +20,19 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
-    # Remove what a killed earlier run left (dlvirt-named, runner gone), never anything else.
-    shell("python -m dlvirt cleanup")
+    # Start the engines the planned platforms need when none answers (dlvirt.engines), then remove
+    # what a killed earlier run left (dlvirt-named, runner gone), never anything else.
+    workflow_engines("up")
+    dlvirt_command("cleanup", "--settings", json.dumps(config["platforms"]))
+
+
+# Release the engines; one dlvirt started stops once no other workflow uses it.
+onsuccess:
+    workflow_engines("down")
+
+
+onerror:
+    workflow_engines("down")
 
 
 rule all:

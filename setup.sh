@@ -12,6 +12,7 @@ APT_PACKAGES=(
   e2fsprogs util-linux procps
   slurm-wlm munge            # the SLURM profile's test runs a one-node cluster (tests/test_slurm.py)
   openssh-server openssh-client  # edge hosts are reached over SSH; tests/test_edge.py runs an sshd
+  docker.io debootstrap      # CN: dlvirt starts its own dockerd when none runs, builds its image offline
   chromium                   # tests/test_report.py opens results/report.html in a headless browser
 )
 

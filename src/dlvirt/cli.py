@@ -76,8 +76,40 @@ def _cmd_concat(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from dlvirt.cleanup import remove_stale
 
-    for line in remove_stale():
+    for line in remove_stale(json.loads(args.settings)):
         print(line)
+    return 0
+
+
+def _cmd_engines(args: argparse.Namespace) -> int:
+    from dlvirt import engines
+    from dlvirt.platforms import platform_class
+
+    if args.action == "down":
+        for line in engines.release_recorded(Path(args.state_dir), args.holder):
+            print(f"dlvirt: {line}")
+        return 0
+    settings = json.loads(args.settings)
+    started: set[str] = set()
+    for platform in args.platforms:
+        for daemon in platform_class(platform).daemons(settings.get(platform, {})):
+            if daemon.name in started:
+                continue
+            started.add(daemon.name)
+            lease = engines.acquire(daemon, args.holder)
+            if lease is None:
+                print(f"dlvirt: using the {daemon.name} that already answers (not started by dlvirt, never stopped by it)")
+                continue
+            engines.record(Path(args.state_dir), lease)
+            print(f"dlvirt: {daemon.name} pid {lease.pid} {'started' if lease.started_now else 'already running'} "
+                  f"for {platform}")
+    return 0
+
+
+def _cmd_image(args: argparse.Namespace) -> int:
+    from dlvirt.container_image import ensure
+
+    ensure(Path.cwd(), json.loads(args.settings), Path(args.output))
     return 0
 
 
@@ -170,7 +202,23 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_concat)
 
     p = sub.add_parser("cleanup", help="remove cgroups/containers/VMs left by a killed run")
+    p.add_argument("--settings", default="{}", help="the config's platforms section as JSON")
     p.set_defaults(func=_cmd_cleanup)
+
+    p = sub.add_parser("engines", help="start (up) the engines the platforms need, or release (down) "
+                                       "those recorded, stopping what dlvirt started once nobody uses it")
+    p.add_argument("action", choices=["up", "down"])
+    p.add_argument("--holder", type=int, required=True, help="PID whose lifetime the leases follow (the workflow's)")
+    p.add_argument("--state-dir", required=True, help="where the workflow records what it acquired")
+    p.add_argument("--platforms", nargs="*", default=[])
+    p.add_argument("--settings", default="{}", help="the config's platforms section as JSON")
+    p.set_defaults(func=_cmd_engines)
+
+    p = sub.add_parser("image", help="build (or pull) the CN image unless the engine has it; write its marker")
+    p.add_argument("--settings", required=True, help="the config's platforms.CN section as JSON")
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cmd_image)
+
 
     p = sub.add_parser("plan", help="write the study plan: the jobs, and what was left out and why")
     p.add_argument("--config", required=True, help="the validated config as JSON")

@@ -5,6 +5,7 @@ rule benchmark:
     input:
         dataset="resources/datasets/{app}",
         host="results/host.json",
+        images=platform_images,
     output:
         run=RUN_FILE,
         loadgen=directory(LOADGEN_DIR),

@@ -1,6 +1,8 @@
 # Helpers shared by the rules: config validation, the study plan, paths and job specs.
 import json
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dlvirt.apps import app_class  # noqa: E402
 from dlvirt.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
+from dlvirt.container_image import content_tag as cn_content_tag, image_inputs as cn_image_inputs  # noqa: E402
 from dlvirt.coverage import APPS, TOOLS, study_gaps  # noqa: E402
 from dlvirt.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.hostinfo import capabilities  # noqa: E402
@@ -49,6 +52,15 @@ if "bench" not in workflow.global_resources:
 RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
+
+# The CN image: rule cn_image writes the marker once the engine has it; CN jobs run CN_IMAGE
+# (platforms.CN.image, else dlvirt's own build, named by the hash of its inputs).
+CN_IMAGE_MARKER = "resources/images/cn.json"
+CN_IMAGE = config["platforms"]["CN"]["image"] or cn_content_tag(Path("."))
+# Platform -> the image markers its benchmark jobs need: only those jobs wait for an image.
+PLATFORM_IMAGES = {"CN": [CN_IMAGE_MARKER]}
+# What each workflow acquired from dlvirt.engines (the daemons it started or shares).
+ENGINE_STATE_DIR = "resources/engines"
 
 # Figure id -> its notebook, the per-app summaries it reads (only those: one figure builds only
 # what it needs), extra papermill parameters, and the plan's reasons for rows it may lack.
@@ -129,9 +141,32 @@ def benchmark_spec(job):
         "loadgen": app["loadgen"],
         "app_settings": app,
         "dataset_dir": f"resources/datasets/{job.app}",
-        "platform_settings": config["platforms"].get(job.scenario.platform, {}),
+        "platform_settings": platform_settings(job.scenario.platform),
         "allow_emulation": config["allow_emulation"],
     }
+
+
+def platform_settings(platform):
+    """The platform's config section; for CN with ``image`` set to the image its jobs run."""
+    settings = config["platforms"].get(platform, {})
+    return {**settings, "image": CN_IMAGE} if platform == "CN" else settings
+
+
+def platform_images(wildcards):
+    return PLATFORM_IMAGES.get(wildcards.platform, [])
+
+
+def dlvirt_command(*args):
+    """``python -m dlvirt ARGS`` from a workflow handler; no shell, so JSON arguments stay intact."""
+    subprocess.run(["python", "-m", "dlvirt", *args], check=True)
+
+
+def workflow_engines(action):
+    """Start (up) or release (down) the engines the planned platforms need; the leases follow this
+    Snakemake process, so a killed workflow's engines are stopped by the next cleanup."""
+    platforms = sorted({job.scenario.platform for job in PLAN.jobs})
+    dlvirt_command("engines", action, "--holder", str(os.getpid()), "--state-dir", ENGINE_STATE_DIR,
+                   "--platforms", *platforms, "--settings", json.dumps(config["platforms"]))
 
 
 def dataset_settings(wildcards):
