@@ -117,9 +117,11 @@ class SshHost:
             return False
         target = shlex.quote(remote)
         parent = shlex.quote(str(Path(remote).parent))
-        unpack = (f"mkdir -p {parent} && tmp=$(mktemp -d {parent}/.incoming.XXXXXX) && tar -xf - -C \"$tmp\" "
-                  f"&& touch \"$tmp/{COMPLETE}\" && if [ -e {target} ]; then rm -rf \"$tmp\"; "
-                  f"else mv \"$tmp\" {target}; fi")
+        # unpacked aside and renamed when complete; a broken transfer removes its partial copy
+        unpack = (f"mkdir -p {parent} && tmp=$(mktemp -d {parent}/.incoming.XXXXXX) || exit 1; "
+                  f"if tar -xf - -C \"$tmp\" && touch \"$tmp/{COMPLETE}\"; then "
+                  f"if [ -e {target} ]; then rm -rf \"$tmp\"; else mv \"$tmp\" {target}; fi; "
+                  f"else rm -rf \"$tmp\"; exit 1; fi")
         excludes = [f"--exclude={name}" for name in SKIP]
         with subprocess.Popen(["tar", *excludes, "-C", str(local), "-cf", "-", "."],
                               stdout=subprocess.PIPE) as tar:
@@ -208,7 +210,7 @@ def run_job_remote(host: SshHost, spec: dict[str, Any], output: Path, loadgen_di
                 returncode = ssh.wait(timeout=float(spec["timeout_s"]) + STOP_GRACE_S + 300)
             except BaseException:
                 ssh.kill()
-                _stop_remote(host, job_dir)
+                stop_remote_job(host, job_dir)
                 raise
         if returncode != 0:
             raise RemoteError(f"host {host.site}: the remote benchmark job failed ({returncode}); see the log above")
@@ -230,8 +232,11 @@ def run_job_remote(host: SshHost, spec: dict[str, Any], output: Path, loadgen_di
             print(f"dlvirt: could not remove {job_dir} on host {host.site}: {err}", file=sys.stderr)
 
 
-def _stop_remote(host: SshHost, job_dir: str) -> None:
+def stop_remote_job(host: SshHost, job_dir: str) -> None:
     """SIGTERM the remote runner (its teardown runs) and wait for it, SIGKILL after the grace time."""
     wait = f"for i in $(seq {STOP_GRACE_S * 5}); do kill -0 $pid 2>/dev/null || exit 0; sleep 0.2; done"
-    host.run(f"pid=$(cat {job_dir}/pid 2>/dev/null) || exit 0; kill -TERM $pid 2>/dev/null || exit 0; "
-             f"{wait}; kill -KILL $pid", timeout_s=STOP_GRACE_S + 30)
+    try:
+        host.run(f"pid=$(cat {job_dir}/pid 2>/dev/null) || exit 0; kill -TERM $pid 2>/dev/null || exit 0; "
+                 f"{wait}; kill -KILL $pid", timeout_s=STOP_GRACE_S + 30)
+    except RemoteError as err:  # the host went away: say so, and let the interruption go on
+        print(f"dlvirt: could not stop the job in {job_dir} on host {host.site}: {err}", file=sys.stderr)
