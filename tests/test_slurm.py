@@ -20,7 +20,7 @@ import yaml
 from conftest import copy_workflow, smoke_config, snakemake, write_config
 from local_daemons import daemon, free_port
 
-pytestmark = pytest.mark.slow
+from dlvirt.aggregate import mixed_hardware
 
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
@@ -162,6 +162,17 @@ def slurm_logs(workdir: Path) -> str:
                    for p in sorted((workdir / ".snakemake" / "slurm_logs").rglob("*.log")))
 
 
+def test_rows_from_different_hardware_are_named_per_site() -> None:
+    xeon, epyc = "Xeon 6248, 80 CPUs, 2 socket(s), x86_64", "EPYC 7742, 128 CPUs, 2 socket(s), x86_64"
+    frame = pd.DataFrame({"site": ["local", "local", "local", "edge"],
+                          "scenario": ["BM/2/PIN/CPU", "BM/4/PIN/CPU", "CN/2/PIN/CPU", "BM/4/VNL/CPU"],
+                          "hardware": [xeon, xeon, epyc, "Cortex-A72, 4 CPUs, 1 socket(s), aarch64"]})
+    assert mixed_hardware(frame) == [
+        f"site local: rows come from 2 kinds of hardware ({epyc}: CN/2/PIN/CPU; {xeon}: BM/2/PIN/CPU, BM/4/PIN/CPU)"]
+    assert mixed_hardware(frame[frame.scenario != "CN/2/PIN/CPU"]) == []
+
+
+@pytest.mark.slow
 def test_smoke_study_goes_through_sbatch_and_matches_a_local_run(slurm_cluster: Cluster, tmp_path: Path) -> None:
     cluster_wf = copy_workflow(tmp_path / "cluster")
     local_wf = copy_workflow(tmp_path / "local")
