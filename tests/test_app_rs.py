@@ -134,7 +134,12 @@ def test_infer_splits_ctrs_per_sample_and_model_only_batch(dataset):
 
 def test_real_dataset_path_is_checked(dataset, tmp_path):
     facts = Recommendation.check_real_dataset(dataset / DATA_FILE, {"dataset": DATASET})
-    assert facts["lines"] == int(lines_per_sample(DATASET).sum())
+    assert facts["lines"] == int(lines_per_sample(DATASET).sum()) and facts["count"] == 6
+    # a file holding fewer lines than asked for gives fewer (whole) samples
+    sizes = lines_per_sample(DATASET)
+    short = tmp_path / "short.txt"
+    short.write_text("".join((dataset / DATA_FILE).read_text().splitlines(keepends=True)[: sizes[0] + sizes[1] + 1]))
+    assert Recommendation.check_real_dataset(short, {"dataset": DATASET})["count"] == 2
     assert Recommendation.check_real_dataset(dataset, {"dataset": DATASET})["file"] == str(dataset / DATA_FILE)
     with pytest.raises(AppError, match="apps.rs.dataset.path .*no Criteo TSV"):
         Recommendation.check_real_dataset(tmp_path, {"dataset": DATASET})

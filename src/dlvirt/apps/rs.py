@@ -39,6 +39,8 @@ KAGGLE_TABLE_ROWS = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145
 DENSE_MISSING = (0.45, 0.0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.0, 0.04, 0.45, 0.04, 0.77, 0.22)
 SPARSE_MISSING = (0.0, 0.0, 0.03, 0.03, 0.0, 0.12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.03, 0.0, 0.0, 0.0, 0.03,
                   0.0, 0.0, 0.44, 0.44, 0.03, 0.76, 0.0, 0.03, 0.44, 0.44)
+# Approximate log-medians of the 13 integer columns (I5 counts in thousands, I12 is mostly 0).
+DENSE_LOG_MEDIAN = (0.0, 1.1, 1.9, 1.4, 7.9, 3.4, 1.1, 2.1, 3.7, 0.0, 0.0, 0.0, 1.4)
 CLICK_RATE = 0.256
 DATA_FILE = "train.txt"
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -127,12 +129,22 @@ def line_offsets(path: Path, lines: int) -> np.ndarray:
     return np.concatenate([np.zeros(1, dtype=np.int64), *ends]) if ends else np.zeros(1, dtype=np.int64)
 
 
+def sample_spans(path: Path, dataset: dict[str, Any]) -> list[tuple[int, int]]:
+    """(first byte, end byte) of each query sample's lines in the TSV; as many samples as it holds."""
+    sizes = lines_per_sample(dataset)
+    offsets = line_offsets(path, int(sizes.sum()))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    samples = int(np.searchsorted(bounds, len(offsets) - 1, side="right")) - 1
+    if samples < 1:
+        raise AppError(f"{path}: fewer lines ({len(offsets) - 1}) than one sample needs ({sizes[0]})")
+    return [(int(offsets[bounds[i]]), int(offsets[bounds[i + 1]])) for i in range(samples)]
+
+
 def synthetic_lines(rng: np.random.Generator, rows: int) -> bytes:
     """Criteo-format TSV lines with Kaggle-like values: ~26 % clicks, heavy-tailed counts, Zipf-
     distributed categoricals over each table's cardinality, per-column missing values."""
     labels = (rng.random(rows) < CLICK_RATE).astype(np.int64)
-    scales = rng.uniform(0.5, 4.0, size=DENSE)
-    counts = np.floor(rng.lognormal(mean=scales, sigma=1.3, size=(rows, DENSE))).astype(np.int64)
+    counts = np.floor(rng.lognormal(mean=DENSE_LOG_MEDIAN, sigma=1.3, size=(rows, DENSE))).astype(np.int64)
     counts[:, 1] -= (rng.random(rows) < 0.05).astype(np.int64) * rng.integers(1, 4, size=rows)  # I2 goes negative
     columns: list[np.ndarray] = [labels.astype(str)]
     for j in range(DENSE):
@@ -234,10 +246,9 @@ class Recommendation(App):
         if not head:
             raise AppError(f"apps.rs.dataset.path {path}: no complete line in the first 64 KiB")
         parse_lines(b"\n".join(head), f"apps.rs.dataset.path {path}")
-        wanted = int(lines_per_sample(settings["dataset"]).sum())
-        available = len(line_offsets(path, wanted)) - 1
-        return {"count": settings["dataset"]["count"], "lines": min(wanted, available), "file": str(path),
-                "format": "Criteo TSV (label, 13 int, 26 hex)"}
+        spans = sample_spans(path, settings["dataset"])
+        return {"count": len(spans), "lines": int(lines_per_sample(settings["dataset"])[:len(spans)].sum()),
+                "file": str(path), "format": "Criteo TSV (label, 13 int, 26 hex)"}
 
     @staticmethod
     def tsv_file(root: Path) -> Path:
@@ -250,14 +261,7 @@ class Recommendation(App):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.path = self.tsv_file(self.data_root)
-        sizes = lines_per_sample(self.settings["dataset"])
-        offsets = line_offsets(self.path, int(sizes.sum()))
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        samples = int(np.searchsorted(bounds, len(offsets) - 1, side="right")) - 1
-        if samples < 1:
-            raise AppError(f"{self.path}: fewer lines ({len(offsets) - 1}) than one sample needs ({sizes[0]})")
-        # (start byte, end byte) of each sample's lines
-        self.spans = [(int(offsets[bounds[i]]), int(offsets[bounds[i + 1]])) for i in range(samples)]
+        self.spans = sample_spans(self.path, self.settings["dataset"])
         self.threshold = float(self.settings.get("threshold", 0.5))
         self.table_sizes = table_rows(self.settings.get("max_rows_per_table"))
         self.modulus = np.array(self.table_sizes, dtype=np.int64)

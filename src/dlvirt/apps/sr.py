@@ -395,7 +395,7 @@ class SpeechRecognition(App):
     framework = "pytorch"
     dataset_name = "LibriSpeech dev-clean"
     processors = ("CPU",)
-    why_no_gpu = "MLPerf's RNN-T reference runs on CPU only, as in the paper (Table I)"
+    why_no_gpu = "MLPerf's RNN-T reference runs on CPU only, as in the paper's Table I"
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
