@@ -11,6 +11,9 @@ import contextlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -82,10 +85,10 @@ def cn_spec(dataset: Path, image: str, cores: int, pinning: str, **extra) -> dic
                 scenario={"platform": "CN", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra)
 
 
-def our_containers(client: docker.DockerClient) -> list:
-    """Containers of jobs this test process ran (run ids start with our PID)."""
-    return [c for c in docker_engine.labelled_containers(client)
-            if c.labels[docker_engine.LABEL_RUN].startswith(f"{os.getpid()}-")]
+def our_containers(client: docker.DockerClient, runner: int | None = None) -> list:
+    """Containers of jobs run by ``runner`` (default: this test process; run ids start with its PID)."""
+    prefix = f"{runner or os.getpid()}-"
+    return [c for c in docker_engine.labelled_containers(client) if c.labels[docker_engine.LABEL_RUN].startswith(prefix)]
 
 
 def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn_image, ic_dataset, tmp_path):
@@ -138,6 +141,24 @@ def test_container_killed_mid_run_leaves_no_container_and_no_result(engine, cn_i
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "lg").exists()
     assert not list(tmp_path.glob(".work-*"))
     assert our_containers(engine) == []
+
+
+def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_dataset, tmp_path):
+    job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
+    bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job),
+                              "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(b"[harness]" in c.logs() for c in our_containers(engine, bench.pid)):
+            time.sleep(0.2)
+        bench.send_signal(signal.SIGINT)
+        assert bench.wait(timeout=60) != 0
+    finally:
+        bench.kill()
+        bench.wait()
+    assert not (tmp_path / "r.json").exists()
+    assert our_containers(engine, bench.pid) == []
 
 
 def test_timeout_removes_the_container(engine, cn_image, ic_dataset, tmp_path):
