@@ -30,7 +30,7 @@ from docker.errors import ImageNotFound
 
 from dlvirt import docker_engine
 from dlvirt.atomic import write_json_atomic
-from dlvirt.engines import EngineError
+from dlvirt.engines import EngineError, locked
 
 DOCKERFILE = "envs/cn.Dockerfile"
 REQUIREMENTS = "envs/requirements.txt"
@@ -197,6 +197,12 @@ def build(root: Path, settings: dict[str, Any], client: Any, workdir: Path) -> s
     return tag
 
 
+def build_dir(settings: dict[str, Any]) -> Path:
+    """One build folder per host, beside dlvirt's Docker data-root: the wheelhouse is resolved once
+    per lock, and BuildKit, which caches a build context per folder, keeps a single copy of it."""
+    return Path(settings.get("engine", {}).get("data_root", docker_engine.DEFAULT_DATA_ROOT)).parent / "cn-build"
+
+
 def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]:
     """Make the CN image available in the engine and write ``marker`` describing it.
 
@@ -217,14 +223,15 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                 source = "pulled"
         else:
             wanted = content_tag(root)
-            try:
-                image = client.images.get(wanted)
-                source = "present"
-            except ImageNotFound:
-                build(root, settings, client, Path(marker).parent / "cn-build")
-                image = client.images.get(wanted)
-                source = "built"
-                built = True
+            with locked(build_dir(settings)):  # builds on one host wait for each other
+                try:
+                    image = client.images.get(wanted)
+                    source = "present"
+                except ImageNotFound:
+                    build(root, settings, client, build_dir(settings))
+                    image = client.images.get(wanted)
+                    source = "built"
+                    built = True
         info = {"image": wanted, "id": image.id, "size_bytes": image.attrs.get("Size"), "source": source,
                 "built": built, "seconds": round(time.monotonic() - started, 1),
                 "engine": docker_engine.engine_url(settings), "own_build": not settings.get("image")}

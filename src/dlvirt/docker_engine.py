@@ -30,6 +30,7 @@ OWN_URL = f"unix://{RUN_DIR / 'docker.sock'}"
 LABEL_RUN = "dlvirt.run-id"
 LABEL_HOST = "dlvirt.host"
 API_TIMEOUT_S = 120
+DEFAULT_DATA_ROOT = "/var/lib/dlvirt/docker"
 
 
 def answers(url: str, timeout_s: float = 3.0) -> bool:
@@ -81,7 +82,7 @@ def own_daemon(settings: dict[str, Any]) -> Daemon | None:
     engine = settings.get("engine", {})
     return Daemon(
         name=DAEMON_NAME,
-        command=(dockerd, "--host", OWN_URL, "--data-root", str(engine.get("data_root", "/var/lib/dlvirt/docker")),
+        command=(dockerd, "--host", OWN_URL, "--data-root", str(engine.get("data_root", DEFAULT_DATA_ROOT)),
                  "--exec-root", str(RUN_DIR / "exec"), "--pidfile", str(RUN_DIR / "dockerd.pid"),
                  "--config-file", str(config_file), "--iptables=false", "--ip-forward=false",
                  "--bridge=none"),

@@ -88,9 +88,10 @@ def _alive(pid: int, start_time: int) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(run_dir: Path) -> Iterator[None]:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "lock", "w") as handle:
+def locked(directory: Path) -> Iterator[None]:
+    """Hold the exclusive lock of ``directory`` (made if missing) for the block."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -194,7 +195,7 @@ def acquire(daemon: Daemon, holder: int) -> Lease | None:
     """Make ``daemon`` answer for ``holder``. None: a daemon dlvirt did not start already answers
     (it is used as it is and never stopped by dlvirt)."""
     run_dir = daemon.run_dir
-    with _locked(run_dir):
+    with locked(run_dir):
         _live_leases(run_dir)
         state = _managed(run_dir)
         if daemon.probe():
@@ -219,7 +220,7 @@ def release(name: str, holder: int | None) -> str | None:
     run_dir = RUN_ROOT / name
     if not run_dir.is_dir():
         return None
-    with _locked(run_dir):
+    with locked(run_dir):
         if holder is not None:
             (run_dir / LEASES / str(holder)).unlink(missing_ok=True)
         if _live_leases(run_dir):
