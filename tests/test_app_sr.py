@@ -133,6 +133,11 @@ def test_scheduled_decoding_emits_the_schedule_and_runs_the_joint_at_every_step(
         out = greedy_decode(model, torch.randn(1, 10, 1024), [10], max_symbols=30, schedules=[schedule])[0]
     assert len(out.labels) == 8 and BLANK not in out.labels
     assert out.joint_steps == 8 + 10  # each emitted symbol, plus the blank that ends every step
+    # a batch decodes each utterance on its own schedule and length
+    short = emission_schedule(seed=0, key=8, steps=6, symbols=3, cap=30)
+    with torch.inference_mode():
+        pair = greedy_decode(model, torch.randn(2, 10, 1024), [10, 6], max_symbols=30, schedules=[schedule, short])
+    assert [len(d.labels) for d in pair] == [8, 3] and [d.joint_steps for d in pair] == [18, 9]
 
 
 def test_postprocessing_on_known_labels(tmp_path, dataset):
