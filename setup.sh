@@ -14,6 +14,7 @@ APT_PACKAGES=(
   openssh-server openssh-client  # edge hosts are reached over SSH; tests/test_edge.py runs an sshd
   docker.io debootstrap      # CN: dlvirt starts its own dockerd when none runs, builds its image offline
   chromium                   # tests/test_report.py opens results/report.html in a headless browser
+  qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-dev  # VM, MVM, VMCN
 )
 
 SUDO=""
@@ -29,6 +30,15 @@ install_system() {
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
   fi
+}
+
+# libvirtd's QEMU driver refuses to start without its default user and group (Debian's
+# libvirt-daemon-system would create them, but also installs init scripts that start daemons).
+install_libvirt_user() {
+  getent group libvirt-qemu >/dev/null || $SUDO groupadd --system libvirt-qemu
+  getent group kvm >/dev/null || $SUDO groupadd --system kvm
+  getent passwd libvirt-qemu >/dev/null || $SUDO useradd --system --no-create-home --home-dir /var/lib/libvirt \
+    --shell /usr/sbin/nologin --gid libvirt-qemu --groups kvm libvirt-qemu
 }
 
 install_python() {
@@ -54,6 +64,7 @@ install_python() {
 cmd=${1:-install}
 [ $# -gt 0 ] && shift
 install_system
+install_libvirt_user
 install_python
 export PATH="$PWD/.venv/bin:$PATH"
 case "$cmd" in

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,55 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
                     yield f"removed stale container {container.name} ({url})"
 
 
+def _guest_owner(cmdline: list[str]) -> str | None:
+    """The dlvirt guest name a QEMU (``-name guest=dlvirt-...``) or Firecracker (``--id dlvirt-...``)
+    process runs, None for anyone else's."""
+    for i, arg in enumerate(cmdline[:-1]):
+        value = cmdline[i + 1]
+        if arg == "-name":
+            name = dict(p.split("=", 1) for p in value.split(",") if "=" in p).get("guest", value.split(",")[0])
+        elif arg == "--id":
+            name = value
+        else:
+            continue
+        if name.startswith(PREFIX):
+            return name
+    return None
+
+
+def remove_stale_guests() -> Iterator[str]:
+    """Guests (libvirt domains, QEMU/Firecracker processes) and their disk folders named
+    ``dlvirt-<run id>`` whose runner is gone. libvirtd is asked only when it answers already."""
+    from dlvirt import guest
+    from dlvirt.platforms.vm import URI, libvirtd_answers, quiet_libvirt
+
+    if libvirtd_answers():
+        libvirt = quiet_libvirt()
+        conn = libvirt.open(URI)
+        try:
+            for domain in conn.listAllDomains():
+                if domain.name().startswith(PREFIX) and not owner_alive(domain.name()):
+                    with contextlib.suppress(libvirt.libvirtError):
+                        domain.destroy()
+                        yield f"destroyed stale libvirt domain {domain.name()}"
+        finally:
+            conn.close()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if not Path(cmdline[0]).name.startswith(("qemu-system", "firecracker")):
+                continue
+            name = _guest_owner(cmdline)
+            if name is not None and not owner_alive(name):
+                os.kill(int(proc.name), signal.SIGKILL)
+                yield f"killed stale guest process {proc.name} ({name})"
+    if guest.RUN_ROOT.is_dir():
+        for directory in sorted(guest.RUN_ROOT.glob(f"{PREFIX}*")):
+            if not owner_alive(directory.name):
+                shutil.rmtree(directory, ignore_errors=True)
+                yield f"removed stale guest disks {directory}"
+
+
 def remove_stale(platform_settings: dict[str, Any] | None = None) -> Iterator[str]:
     """Everything a killed run left: cgroups, containers, then engines dlvirt started that nobody
     uses any more. ``platform_settings``: the config's platforms section."""
@@ -68,4 +119,5 @@ def remove_stale(platform_settings: dict[str, Any] | None = None) -> Iterator[st
             group.remove()
             yield f"removed stale cgroup {directory}"
     yield from remove_stale_containers((platform_settings or {}).get("CN", {}))
+    yield from remove_stale_guests()
     yield from engines.release_orphans()

@@ -113,6 +113,14 @@ def _cmd_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_guest_image(args: argparse.Namespace) -> int:
+    from dlvirt.guestimage import build_for_workflow
+
+    print(build_for_workflow(args.variant, Path(args.output_dir), Path.cwd(), json.loads(args.cn_settings),
+                             args.cn_image or None))
+    return 0
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.atomic import write_json_atomic
     from dlvirt.coverage import plan_document
@@ -219,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_image)
 
+    p = sub.add_parser("guest-image", help="build a guest disk image (VM, MVM, VMCN) offline")
+    p.add_argument("--variant", required=True, choices=["probe", "full", "docker"])
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--cn-settings", default="{}", help="the config's platforms.CN section as JSON")
+    p.add_argument("--cn-image", default="", help="the CN image to preload (variant docker)")
+    p.set_defaults(func=_cmd_guest_image)
 
     p = sub.add_parser("plan", help="write the study plan: the jobs, and what was left out and why")
     p.add_argument("--config", required=True, help="the validated config as JSON")

@@ -29,13 +29,16 @@ import dlvirt
 from dlvirt import guestimage
 from dlvirt.atomic import read_json, write_json_atomic
 from dlvirt.hostinfo import Capabilities
-from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError
+from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
 from dlvirt.scenario import Scenario
 
 GUEST_JOB_DIR = "/job"
+# Each guest's disks (copy-on-write root, job disk) and console live in RUN_ROOT/dlvirt-<run id>:
+# one machine-wide place, so the next workflow's cleanup finds those of a killed runner.
+RUN_ROOT = Path("/var/tmp/dlvirt-guests")
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
 POLL_S = 0.05
-KILL_GRACE_S = 60.0             # host timeout = boot timeout + job timeout + this
+KILL_GRACE_S = 30.0             # host timeout = boot-to-job time + job timeout + this
 VCPU_THREAD = re.compile(r"^CPU (\d+)/(KVM|TCG)$")       # QEMU's names with debug-threads=on
 FIRECRACKER_VCPU_THREAD = re.compile(r"^fc_vcpu (\d+)$")
 # What systemd-detect-virt --vm says inside the guest, by accelerator.
@@ -138,6 +141,28 @@ def _copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, copy_function=link_or_copy)
 
 
+def guest_inputs(job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """The job as the guest sees it, and the host inputs to put on the job disk: every path the
+    harness reads (``job_input_paths``) moves to ``/job/inputs/<i>/<name>``."""
+    files: dict[str, Path] = {}
+    moved: dict[str, str] = {}
+    for i, path in enumerate(job_input_paths(job)):
+        files[f"inputs/{i}/{path.name}"] = path
+        moved[str(path)] = f"{GUEST_JOB_DIR}/inputs/{i}/{path.name}"
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: (moved.get(str(Path(v).resolve()), v) if k == "path" and isinstance(v, str) and v
+                        else rewrite(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    guest_job = {**job, "app_settings": rewrite(job["app_settings"]),
+                 "dataset_dir": moved[str(Path(job["dataset_dir"]).resolve())]}
+    return guest_job, files
+
+
 @dataclass
 class GuestRun:
     """What one guest boot gave: exit status, boot-to-start time, accelerator used, console text."""
@@ -162,6 +187,7 @@ class GuestPlatform(Platform):
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
         super().__init__(scenario, config, workdir, run_id)
         self.domain_name = f"dlvirt-{run_id}"
+        self.disk_dir = RUN_ROOT / self.domain_name
         self.last_run: GuestRun | None = None
         self.accel_note: str | None = None
 
@@ -212,6 +238,7 @@ class GuestPlatform(Platform):
         from dlvirt.hostinfo import capabilities
 
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.disk_dir.mkdir(parents=True, exist_ok=True)
         self.caps = capabilities()
         self.boot_files = BootFiles.resolve(self.config, self.image_variant, self.name)
         self.accel = planned_accel(self.caps)
@@ -220,14 +247,7 @@ class GuestPlatform(Platform):
             if self.scenario.pinned else None
 
     def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        files: dict[str, Path] = {"dataset": Path(job["dataset_dir"])}
-        guest_job = {**job, "dataset_dir": f"{GUEST_JOB_DIR}/dataset"}
-        weights = (job.get("app_settings") or {}).get("weights") or {}
-        if weights.get("path"):
-            files["weights"] = Path(weights["path"]).parent
-            guest_job["app_settings"] = {**job["app_settings"],
-                                         "weights": {**weights, "path": f"{GUEST_JOB_DIR}/weights/"
-                                                     f"{Path(weights['path']).name}"}}
+        guest_job, files = guest_inputs(job)
         out = self.execute(self.guest_script(guest_job), timeout_s, files=files, job=guest_job)
         return read_json(out / "harness.json")  # type: ignore[no-any-return]
 
@@ -235,7 +255,7 @@ class GuestPlatform(Platform):
                 job: dict[str, Any] | None = None) -> Path:
         """Boot a guest that runs ``script`` (sh) with ``files`` under /job; return the host copy
         of the guest's /job/out. Raises PlatformError on timeout or a non-zero exit status."""
-        staging = self.workdir / "jobdisk"
+        staging = self.disk_dir / "jobdisk"
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)
@@ -246,13 +266,14 @@ class GuestPlatform(Platform):
         if job is not None:
             write_json_atomic(staging / "job.json", job)
         for name, src in (files or {}).items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             _copy_tree(src, staging / name) if src.is_dir() else shutil.copy2(src, staging / name)
         (staging / "out").mkdir()
-        job_disk = self.workdir / "job.img"
+        job_disk = self.disk_dir / "job.img"
         make_job_disk(job_disk, staging)
         shutil.rmtree(staging)
         run = self._boot(job_disk, timeout_s)
-        out_parent = self.workdir / "guest"
+        out_parent = self.disk_dir / "guest"
         status = read_job_disk(job_disk, out_parent)
         job_disk.unlink(missing_ok=True)
         run.exit_status = status
@@ -279,8 +300,8 @@ class GuestPlatform(Platform):
         if self.accel == "kvm" and self.config.get("allow_emulation"):
             attempts.append("tcg")  # the boot probe: KVM that cannot boot our kernel in time
         for accel in attempts:
-            root_disk = self._root_disk(self.boot_files, self.workdir)
-            console = self.workdir / "console.log"
+            root_disk = self._root_disk(self.boot_files, self.disk_dir)
+            console = self.disk_dir / "console.log"
             console.unlink(missing_ok=True)
             console.touch()
             try:
@@ -332,12 +353,7 @@ class GuestPlatform(Platform):
 
     def teardown(self) -> None:
         self._stop_vmm()
-        for name in ("job.img", "root.qcow2", "root.img", "jobdisk", "guest", "console.log"):
-            path = self.workdir / name
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        shutil.rmtree(self.disk_dir, ignore_errors=True)
 
     def describe(self) -> dict[str, Any]:
         run = self.last_run

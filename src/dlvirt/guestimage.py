@@ -8,8 +8,9 @@ only), and ``image.json`` describing what is in it. Variants:
   of every run, and ``observe`` needs nothing but the standard library.
 - ``full``: the same Python stack as bare metal (``envs/requirements.txt``), installed from a
   wheelhouse resolved on the host (``pip wheel``), so the guest never needs the network.
-- ``docker``: ``docker.io`` with the CN image preloaded into the guest's Docker storage (VMCN runs
-  the harness in that container, so the guest itself needs no Python stack).
+- ``docker``: ``docker.io`` with the CN image preloaded into the guest's Docker storage, and the
+  Docker SDK: VMCN runs dlvirt's CN platform *inside* the guest, which runs the harness in that
+  container exactly as CN does on the host (so the guest needs no DL stack of its own).
 
 The guest boots ``/usr/local/sbin/dlvirt-init`` (``GUEST_INIT``) instead of systemd: it mounts the job
 disk, runs its ``run.sh`` under a guest-side timeout, records the exit status and powers off.
@@ -49,7 +50,7 @@ BASE_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "udev", "python
 VARIANT_PACKAGES = {
     "probe": (),
     "full": ("python3-venv", "ca-certificates"),
-    "docker": ("docker.io", "iptables", "busybox-static", "ca-certificates"),
+    "docker": ("python3-venv", "ca-certificates", "docker.io", "iptables"),
 }
 # Only what the guest needs to find its disks: a 6-7 MB initrd boots much faster under TCG than
 # Debian's default MODULES=most one.
@@ -128,34 +129,65 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path) -> None:
-    """A venv at GUEST_VENV with the locked requirements, installed offline from the wheelhouse."""
+def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path, only: tuple[str, ...] = ()) -> None:
+    """A venv at GUEST_VENV with the locked requirements (or just ``only``, at their locked
+    versions), installed offline from the wheelhouse."""
     if not wheelhouse.is_dir() or not any(wheelhouse.glob("*.whl")):
-        raise ImageError(f"wheelhouse {wheelhouse} has no wheels (build it with `python -m dlvirt wheelhouse`)")
+        raise ImageError(f"wheelhouse {wheelhouse} has no wheels")
     staged = rootfs / "tmp" / "wheelhouse"
-    shutil.copytree(wheelhouse, staged, copy_function=os.link if _same_fs(wheelhouse, rootfs) else shutil.copy2)
+    same_fs = wheelhouse.stat().st_dev == rootfs.stat().st_dev
+    shutil.copytree(wheelhouse, staged, copy_function=os.link if same_fs else shutil.copy2)
     shutil.copy2(requirements, staged / "requirements.txt")
+    wanted = ["-c", "/tmp/wheelhouse/requirements.txt", *only] if only else ["-r", "/tmp/wheelhouse/requirements.txt"]
     try:
         _chroot(rootfs, "python3", "-m", "venv", GUEST_VENV)
         _chroot(rootfs, f"{GUEST_VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--find-links",
-                "/tmp/wheelhouse", "-r", "/tmp/wheelhouse/requirements.txt")
+                "/tmp/wheelhouse", *wanted)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def _same_fs(a: Path, b: Path) -> bool:
-    return a.stat().st_dev == b.stat().st_dev
+def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any], work: Path) -> None:
+    """Copy the CN image from the host's engine into the guest's /var/lib/docker, through a dockerd
+    of our own whose data root is the guest's: VMCN then needs no `docker load` (minutes under
+    TCG) at boot, and the guest runs the very image CN runs."""
+    import docker
 
+    from dlvirt import docker_engine, engines
 
-def _preload_docker_image(rootfs: Path, image_tar: Path) -> None:
-    """Load the CN image into the guest's /var/lib/docker with a dockerd of our own whose data root
-    is the guest's, so VMCN needs no `docker load` (minutes under TCG) at boot."""
-    from dlvirt.engines import Dockerd  # the CN platform's daemon lifecycle
-
-    data_root = rootfs / "var" / "lib" / "docker"
-    data_root.mkdir(parents=True, exist_ok=True)
-    with Dockerd.private(data_root=data_root, name="dlvirt-guestimage") as daemon:
-        _run(daemon.cli("load", "-i", str(image_tar)))
+    tar = work / "cn-image.tar"
+    client = docker_engine.connect(engine_settings)
+    try:
+        with open(tar, "wb") as handle:
+            for chunk in client.images.get(tag).save(named=True):
+                handle.write(chunk)
+    finally:
+        client.close()
+    name = f"dockerd-guestimage-{os.getpid()}"
+    run_dir = engines.RUN_ROOT / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    url = f"unix://{run_dir / 'docker.sock'}"
+    (run_dir / "daemon-config.json").write_text("{}\n")
+    dockerd = shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "dockerd"
+    daemon = engines.Daemon(
+        name=name, probe=lambda: docker_engine.answers(url, timeout_s=1.0),
+        command=(dockerd, "--host", url, "--data-root", str(rootfs / "var/lib/docker"),
+                 "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "dockerd.pid"),
+                 "--config-file", str(run_dir / "daemon-config.json"), "--iptables=false",
+                 "--ip-forward=false", "--bridge=none"))
+    engines.acquire(daemon, os.getpid())
+    try:
+        loader = docker.DockerClient(base_url=url, timeout=600)
+        try:
+            with open(tar, "rb") as handle:
+                loader.images.load(handle)
+            loader.images.get(tag)
+        finally:
+            loader.close()
+    finally:
+        engines.release(name, os.getpid())
+        shutil.rmtree(run_dir, ignore_errors=True)
+        tar.unlink(missing_ok=True)
 
 
 def _sizes_mib(rootfs: Path) -> int:
@@ -165,8 +197,8 @@ def _sizes_mib(rootfs: Path) -> int:
 
 
 def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, requirements: Path | None = None,
-          docker_image_tar: Path | None = None, mirror: str = DEFAULT_MIRROR,
-          cache_dir: Path | None = None) -> dict[str, Any]:
+          docker_image: str | None = None, engine_settings: dict[str, Any] | None = None,
+          mirror: str = DEFAULT_MIRROR, cache_dir: Path | None = None) -> dict[str, Any]:
     """Build ``variant`` into ``output_dir`` (replaced atomically: a failed build leaves nothing)."""
     if variant not in VARIANTS:
         raise ImageError(f"unknown guest image variant {variant!r} (one of {', '.join(VARIANTS)})")
@@ -193,15 +225,17 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
             _chroot(rootfs, "apt-get", "update", "-qq")
             _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "zstd",
                     *BASE_PACKAGES, *VARIANT_PACKAGES[variant])
-            if variant == "full":
+            if variant != "probe":
                 if wheelhouse is None or requirements is None:
-                    raise ImageError("the full guest image needs a wheelhouse and a requirements file")
-                _install_python_stack(rootfs, Path(wheelhouse), Path(requirements))
+                    raise ImageError(f"the {variant} guest image needs a wheelhouse and a requirements file")
+                # docker: the guest only drives its dockerd (dlvirt's CN platform, Docker SDK)
+                _install_python_stack(rootfs, Path(wheelhouse), Path(requirements),
+                                      only=("docker",) if variant == "docker" else ())
             _chroot(rootfs, "apt-get", "clean")
         if variant == "docker":
-            if docker_image_tar is None:
-                raise ImageError("the docker guest image needs the CN image as a `docker save` tar")
-            _preload_docker_image(rootfs, Path(docker_image_tar))
+            if docker_image is None:
+                raise ImageError("the docker guest image needs the CN image's tag")
+            _preload_docker_image(rootfs, docker_image, engine_settings or {}, work)
         shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
         _write(rootfs / INIT_PATH.lstrip("/"), GUEST_INIT, 0o755)
         staging = work / "out"
@@ -223,7 +257,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
             "initrd_bytes": (staging / "initrd.img").stat().st_size,
             "rootfs_mib": size_mib,
             "python_venv": GUEST_VENV if variant == "full" else None,
-            "docker_image_tar": str(docker_image_tar) if docker_image_tar else None,
+            "docker_image": docker_image,
             "build_s": round(time.monotonic() - started, 1),
         }
         write_json_atomic(staging / "image.json", description)
@@ -245,15 +279,18 @@ def read_description(image_dir: Path) -> dict[str, Any]:
         raise ImageError(f"no guest image at {image_dir} (image.json missing; the workflow builds it)") from None
 
 
-def build_wheelhouse(requirements: Path, output_dir: Path) -> None:
-    """Wheels for every locked requirement, resolved on the host (sdists built into wheels), so
-    guests and containers install offline with ``--no-index``."""
+def build_for_workflow(variant: str, output_dir: Path, root: Path, cn_settings: dict[str, Any],
+                       cn_image: str | None) -> dict[str, Any]:
+    """The workflow's build: the wheelhouse resolved from the lock as for the CN image (shared
+    code, kept beside the guest images), Debian packages cached across variants, the host's mirror."""
+    from dlvirt import container_image
+
     output_dir = Path(output_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=output_dir.parent))
-    try:
-        _run([sys.executable, "-m", "pip", "wheel", "-q", "-r", str(requirements), "-w", str(tmp)])
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        tmp.rename(output_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    context = output_dir.parent / "build-context"
+    wheelhouse = requirements = None
+    if variant != "probe":
+        container_image.resolve_wheelhouse(Path(root), context)
+        wheelhouse, requirements = context / "wheelhouse", Path(root) / container_image.REQUIREMENTS
+    return build(variant, output_dir, wheelhouse=wheelhouse, requirements=requirements,
+                 docker_image=cn_image if variant == "docker" else None, engine_settings=cn_settings,
+                 mirror=container_image.debian_mirror(cn_settings), cache_dir=output_dir.parent / "debs")

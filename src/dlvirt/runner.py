@@ -71,7 +71,9 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
     try:
         cls = platform_class(scenario.platform)
         check_node(cls, scenario, spec)
-        with cls(scenario, spec["platform_settings"], workdir, run_id) as platform:
+        # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
+        settings = {**spec["platform_settings"], "allow_emulation": spec["allow_emulation"]}
+        with cls(scenario, settings, workdir, run_id) as platform:
             harness = platform.run(job, timeout_s=float(spec["timeout_s"]))
             expected = platform.expected()
             described = platform.describe()

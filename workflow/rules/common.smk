@@ -209,3 +209,31 @@ def all_targets():
         "results/claims.csv",
         "results/report.html",
     ]
+
+
+# Guest images of VM, MVM and VMCN (rule guest_image, workflow/rules/guests.smk).
+GUEST_IMAGE_DIR = "resources/guest"
+GUEST_VARIANT = {"VM": "full", "MVM": "full", "VMCN": "docker"}
+GUEST_IMAGE_FILES = ("image.json", "rootfs.img", "vmlinuz", "initrd.img")
+# Jobs of a guest platform wait for its image, unless the config names an image of its own.
+for _platform, _variant in GUEST_VARIANT.items():
+    if not config["platforms"][_platform].get("image_dir"):
+        PLATFORM_IMAGES[_platform] = [f"{GUEST_IMAGE_DIR}/{_variant}/image.json"]
+
+
+def guest_image_inputs(wildcards):
+    """The recipe; the lock (variants with a Python stack); the CN image marker (docker)."""
+    inputs = ["src/dlvirt/guestimage.py"]
+    if wildcards.variant != "probe":
+        inputs.append("envs/requirements.txt")
+    if wildcards.variant == "docker":
+        inputs.append(CN_IMAGE_MARKER)
+    return inputs
+
+
+def guest_image_settings(wildcards):
+    """CN settings: the Debian mirror for every variant, the engine and image for "docker" only."""
+    cn = config["platforms"]["CN"]
+    if wildcards.variant != "docker":
+        return quoted_json({"debian_mirror": cn.get("debian_mirror")})
+    return quoted_json(cn)

@@ -12,6 +12,7 @@ _REGISTRY = {
     "CN": "dlvirt.platforms.cn:Container",
     "VM": "dlvirt.platforms.vm:VirtualMachine",
     "MVM": "dlvirt.platforms.mvm:MicroVM",
+    "VMCN": "dlvirt.platforms.vmcn:ContainerInVM",
 }
 
 

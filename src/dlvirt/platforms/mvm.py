@@ -91,7 +91,7 @@ class MicroVM(GuestPlatform):
             cmdline += f" tsc_early_khz={tsc_khz}"
         if self.firecracker and accel == "kvm":
             self.vmm = "firecracker"
-            config = self.workdir / "firecracker.json"
+            config = self.disk_dir / "firecracker.json"
             config.write_text(json.dumps(firecracker_config(
                 vcpus=self.vcpus, memory_mib=memory, kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
                 cmdline=f"{cmdline} reboot=k pci=off", root_disk=root_disk, job_disk=job_disk)))
@@ -102,7 +102,7 @@ class MicroVM(GuestPlatform):
             cmd = qemu_microvm_command(name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=memory,
                                        kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
                                        cmdline=cmdline, root_disk=root_disk, job_disk=job_disk, console=console)
-            out = open(self.workdir / "vmm.log", "ab")
+            out = open(self.disk_dir / "vmm.log", "ab")
         with out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
                                          stderr=subprocess.STDOUT)
@@ -126,11 +126,6 @@ class MicroVM(GuestPlatform):
     def _on_guest_started(self) -> dict[str, Any]:
         pattern = FIRECRACKER_VCPU_THREAD if self.vmm == "firecracker" else VCPU_THREAD
         return self.check_vcpu_pinning(self._vmm_pid(), pattern)
-
-    def teardown(self) -> None:
-        super().teardown()
-        for name in ("firecracker.json", "vmm.log"):
-            (self.workdir / name).unlink(missing_ok=True)
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()

@@ -31,14 +31,14 @@ QEMU_PIDFILES = Path("/run/libvirt/qemu")
 PCI_ADDRESS = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
-def _quiet_libvirt() -> Any:
+def quiet_libvirt() -> Any:
     import libvirt
 
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors arrive as exceptions
     return libvirt
 
 
-def _virtlogd_answers() -> bool:
+def virtlogd_answers() -> bool:
     with contextlib.closing(socket.socket(socket.AF_UNIX)) as sock:
         try:
             sock.connect(str(VIRTLOGD_SOCKET))
@@ -47,23 +47,14 @@ def _virtlogd_answers() -> bool:
             return False
 
 
-def _libvirtd_answers() -> bool:
-    libvirt = _quiet_libvirt()
+def libvirtd_answers() -> bool:
+    libvirt = quiet_libvirt()
     try:
         conn = libvirt.open(URI)
     except libvirt.libvirtError:
         return False
     conn.close()
     return True
-
-
-def daemons() -> tuple[engines.Daemon, ...]:
-    """virtlogd (QEMU's log handler) then libvirtd, both in the foreground under dlvirt's control."""
-    return (
-        engines.Daemon(name="virtlogd", command=("virtlogd",), probe=_virtlogd_answers, ready_timeout_s=30.0),
-        # The first connection probes QEMU's capabilities: ~12 s here.
-        engines.Daemon(name="libvirtd", command=("libvirtd",), probe=_libvirtd_answers, ready_timeout_s=120.0),
-    )
 
 
 def parse_pci_address(address: str, key: str) -> dict[str, str]:
@@ -133,6 +124,15 @@ class VirtualMachine(GuestPlatform):
             why = f"platforms.{cls.name}.gpu_pci_address is not set (the GPU to pass through)"
         return why
 
+    @classmethod
+    def daemons(cls, settings: dict[str, Any]) -> list[engines.Daemon]:
+        """virtlogd (QEMU's log handler) then libvirtd, in the foreground under dlvirt's control."""
+        return [
+            engines.Daemon(name="virtlogd", command=("virtlogd",), probe=virtlogd_answers, ready_timeout_s=30.0),
+            # The first connection probes QEMU's capabilities (~12 s on a busy host).
+            engines.Daemon(name="libvirtd", command=("libvirtd",), probe=libvirtd_answers, ready_timeout_s=120.0),
+        ]
+
     def provision(self) -> None:
         super().provision()
         self.gpu_pci = None
@@ -140,10 +140,12 @@ class VirtualMachine(GuestPlatform):
             self.gpu_pci = parse_pci_address(str(self.config.get("gpu_pci_address") or ""),
                                              f"platforms.{self.name}.gpu_pci_address")
         self.leases: list[str] = []
-        for daemon in daemons():
-            if engines.acquire(daemon, os.getpid()) is not None:
+        for daemon in self.daemons(self.config):
+            # a lease this process holds already (a test session's) is its holder's to release
+            held = (daemon.run_dir / engines.LEASES / str(os.getpid())).exists()
+            if engines.acquire(daemon, os.getpid()) is not None and not held:
                 self.leases.append(daemon.name)
-        libvirt = _quiet_libvirt()
+        libvirt = quiet_libvirt()
         try:
             self.conn = libvirt.open(URI)
         except libvirt.libvirtError as exc:
@@ -158,7 +160,7 @@ class VirtualMachine(GuestPlatform):
             job_disk=job_disk, console=console, pinned_cpus=self.host_cpus, gpu_pci=self.gpu_pci)
 
     def _start_vmm(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> None:
-        libvirt = _quiet_libvirt()
+        libvirt = quiet_libvirt()
         xml = self.domain_definition(accel, root_disk, job_disk, console)
         try:
             self.domain = self.conn.createXML(xml, 0)  # transient: gone once it stops
@@ -166,7 +168,7 @@ class VirtualMachine(GuestPlatform):
             raise PlatformError(f"libvirt refused domain {self.domain_name}: {exc}") from None
 
     def _vmm_running(self) -> bool:
-        libvirt = _quiet_libvirt()
+        libvirt = quiet_libvirt()
         if self.domain is None:
             return False
         try:
@@ -184,7 +186,7 @@ class VirtualMachine(GuestPlatform):
         domain = getattr(self, "domain", None)
         if domain is None:
             return
-        libvirt = _quiet_libvirt()
+        libvirt = quiet_libvirt()
         with contextlib.suppress(libvirt.libvirtError):
             domain.destroy()
         self.domain = None

@@ -1,0 +1,238 @@
+"""VM, MVM and VMCN with real QEMU and libvirt: pinning seen from the host, the guest's own view,
+timeouts, teardown, stale cleanup, passthrough XML, and one real app end to end in a guest.
+
+One small probe guest image (python3 only: the job disk brings dlvirt, and observe needs nothing
+else) is built per session and serves the platform tests; guests run under TCG where KVM cannot
+run an ordinary kernel (as here), which is slow, so each test boots at most one guest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import smoke_config, snakemake, write_config
+from dlvirt import engines, guest, guestimage
+from dlvirt.cleanup import remove_stale_guests
+from dlvirt.hostinfo import Capabilities, capabilities
+from dlvirt.matrix import expand
+from dlvirt.platforms.base import PlatformError, verify
+from dlvirt.platforms.mvm import MicroVM
+from dlvirt.platforms.vm import URI, VirtualMachine, quiet_libvirt, domain_xml, parse_pci_address
+from dlvirt.scenario import Scenario
+
+CAPS = capabilities()
+HOST_CPUS = sorted(os.sched_getaffinity(0))
+OBSERVE = ('PYTHONPATH=/job/src python3 -c "import json; from dlvirt import observe; '
+           'print(json.dumps(observe.observe()))" > /job/out/observed.json\n')
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "guests need root (chroot for the image, libvirt's system instance)"
+    for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap", "mkfs.ext4", "debugfs"):
+        if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
+            return f"{tool} is not installed"
+    try:
+        urllib.request.urlopen(f"{guestimage.DEFAULT_MIRROR}/dists/{guestimage.SUITE}/Release", timeout=15).close()
+    except OSError as exc:
+        return f"the Debian mirror is unreachable ({exc}): the guest image cannot be built"
+    return None
+
+
+MISSING = _missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"guest tests: {MISSING}")
+
+
+@pytest.fixture(scope="session")
+def probe_image(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("guest") / "probe"
+    guestimage.build("probe", out, cache_dir=out.parent / "debs")
+    return out
+
+
+@pytest.fixture(scope="session")
+def libvirt_daemons():
+    """virtlogd and libvirtd for the session, started through dlvirt.engines when none answers."""
+    if not CAPS.libvirt:
+        pytest.skip("libvirtd is not installed")
+    acquired = []
+    try:
+        for daemon in VirtualMachine.daemons({}):
+            if engines.acquire(daemon, os.getpid()) is not None:
+                acquired.append(daemon.name)
+        yield
+    finally:
+        for name in reversed(acquired):
+            engines.release(name, os.getpid())
+
+
+def settings(image: Path, **extra) -> dict:
+    return {"image_dir": str(image), "memory_mib": 384, "boot_timeout_s": 600, "allow_emulation": True, **extra}
+
+
+def assert_nothing_left(platform) -> None:
+    assert not platform.disk_dir.exists()
+    assert _guest_processes(platform.domain_name) == []
+    if isinstance(platform, VirtualMachine):
+        conn = quiet_libvirt().open(URI)
+        try:
+            assert platform.domain_name not in [d.name() for d in conn.listAllDomains()]
+        finally:
+            conn.close()
+
+
+def test_default_config_leaves_emulated_guests_out_with_a_reason():
+    caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=True, hw_virt=False, docker=True, qemu=True,
+                        libvirt=True, firecracker=False, cgroup_version=1)
+    config = {"allow_emulation": False, "platforms": {"VM": {}, "MVM": {}, "CN": {}},
+              "study": {"apps": ["ic"], "tools": ["mlperf"],
+                        "matrix": [{"platforms": ["VM", "MVM"], "cores": [1], "pinning": ["VNL"],
+                                    "processors": ["CPU"]}]},
+              "apps": {"ic": {}}}
+    plan = expand(config, caps)
+    assert plan.jobs == []
+    reasons = dict(plan.left_out)
+    assert set(reasons) == {"VM/1/VNL/CPU", "MVM/1/VNL/CPU"}
+    assert all("no vmx/svm" in why and "allow_emulation: true" in why for why in reasons.values())
+    plan = expand({**config, "allow_emulation": True}, caps)
+    assert sorted(j.scenario.name for j in plan.jobs) == ["MVM/1/VNL/CPU", "VM/1/VNL/CPU"]
+
+
+def test_gpu_passthrough_and_pinning_in_the_domain_xml(tmp_path):
+    pci = parse_pci_address("0000:3b:00.1", "platforms.VM.gpu_pci_address")
+    xml = domain_xml(name="dlvirt-1-abc", accel="kvm", vcpus=2, memory_mib=1024, kernel=tmp_path / "k",
+                     initrd=tmp_path / "i", cmdline="console=ttyS0", root_disk=tmp_path / "r.qcow2",
+                     job_disk=tmp_path / "j.img", console=tmp_path / "c.log", pinned_cpus=(4, 5), gpu_pci=pci)
+    dom = ET.fromstring(xml)
+    assert dom.get("type") == "kvm" and dom.findtext("name") == "dlvirt-1-abc"
+    hostdev = dom.find("devices/hostdev")
+    assert hostdev is not None and hostdev.get("type") == "pci" and hostdev.get("managed") == "yes"
+    assert hostdev.find("source/address").attrib == {"domain": "0x0000", "bus": "0x3b", "slot": "0x00",
+                                                     "function": "0x1"}
+    assert [(p.get("vcpu"), p.get("cpuset")) for p in dom.findall("cputune/vcpupin")] == [("0", "4"), ("1", "5")]
+    assert dom.find("cputune/emulatorpin").get("cpuset") == "4,5"
+    assert dom.find("devices/interface") is None  # no network at all
+    assert {e: dom.findtext(e) for e in ("on_poweroff", "on_reboot", "on_crash")} == dict.fromkeys(
+        ("on_poweroff", "on_reboot", "on_crash"), "destroy")
+    with pytest.raises(PlatformError, match="platforms.VM.gpu_pci_address"):
+        parse_pci_address("3b:00", "platforms.VM.gpu_pci_address")
+
+
+@pytest.mark.skipif(len(HOST_CPUS) < 2, reason="pinning two vCPUs to distinct cores needs 2 host CPUs")
+def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_daemons, tmp_path):
+    scenario = Scenario("VM", 2, "PIN", "CPU")
+    run_id = f"{os.getpid()}-pin"
+    with VirtualMachine(scenario, settings(probe_image), tmp_path, run_id) as vm:
+        out = vm.execute(OBSERVE, timeout_s=300)
+        observed = json.loads((out / "observed.json").read_text())
+        facts = vm.describe()
+        assert verify(vm.expected(), observed) == []
+    # from the host, while the guest ran: vCPU i's thread may run on host CPU i only
+    assert facts["host_observed"]["vcpu_thread_affinity"] == {"0": HOST_CPUS[:1], "1": HOST_CPUS[1:2]}
+    # from inside: the requested vCPU count, and a QEMU guest
+    assert observed["nproc"] == 2 and observed["cpu_count"] == 2
+    assert observed["virtualization"]["vm"] == guest.VM_TYPE[facts["accel"]]
+    assert facts["accel"] == guest.planned_accel(CAPS) and facts["boot_s"] > 0
+    assert_nothing_left(vm)
+
+
+def test_mvm_guest_sees_one_vcpu_and_records_its_vmm(probe_image, tmp_path):
+    with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings(probe_image), tmp_path, f"{os.getpid()}-mvm") as mvm:
+        out = mvm.execute(OBSERVE, timeout_s=300)
+        observed = json.loads((out / "observed.json").read_text())
+        facts = mvm.describe()
+        assert verify(mvm.expected(), observed) == []
+    assert observed["nproc"] == 1 and observed["cpu_count"] == 1
+    assert facts["vmm"] == ("firecracker" if shutil.which("firecracker") and CAPS.kvm else "qemu-microvm")
+    assert facts["host_observed"]["vcpu_thread_affinity"].keys() == {"0"}  # unpinned: left to the scheduler
+    assert facts["boot_s"] > 0
+    assert_nothing_left(mvm)
+
+
+def test_hanging_guest_is_killed_at_the_host_timeout_and_leaves_nothing(probe_image, libvirt_daemons, tmp_path):
+    # Stopping the guest-side `timeout` defeats the guest's own limit: the guest hangs for good.
+    hang = "kill -STOP $PPID\nsleep 100000\n"
+    vm = VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image), tmp_path, f"{os.getpid()}-hang")
+    started = time.monotonic()
+    with pytest.raises(PlatformError, match="host-side timeout"), vm:
+        vm.execute(hang, timeout_s=2)
+    assert time.monotonic() - started < 600
+    assert_nothing_left(vm)
+
+
+def test_stale_guest_of_a_killed_runner_is_removed(probe_image, tmp_path):
+    """A runner killed with SIGKILL (no teardown) leaves its QEMU and disks; cleanup removes them."""
+    code = f"""
+import sys
+from pathlib import Path
+from dlvirt.platforms.mvm import MicroVM
+from dlvirt.runner import new_run_id
+from dlvirt.scenario import Scenario
+settings = {settings(probe_image)!r}
+with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings, Path({str(tmp_path)!r}), new_run_id()) as mvm:
+    print(mvm.domain_name, flush=True)
+    mvm.execute("sleep 100000\\n", timeout_s=3000)
+"""
+    runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        name = runner.stdout.readline().strip()
+        disks = guest.RUN_ROOT / name
+        deadline = time.monotonic() + 300
+        while not _guest_processes(name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _guest_processes(name), "the guest never started"
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+    assert _guest_processes(name) and disks.exists(), "the killed runner's guest runs on until cleanup"
+    messages = list(remove_stale_guests())
+    assert any(name in m and "killed" in m for m in messages) and any(name in m and "disks" in m for m in messages)
+    time.sleep(0.5)
+    assert not disks.exists()
+    assert not _guest_processes(name)
+
+
+def _guest_processes(name: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if name.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(workflow_dir):
+    """The real workflow builds the full guest image (the host's Python stack, offline) and runs IC
+    in an MVM; the row says which accelerator ran it and how long the guest took to boot."""
+    config = smoke_config()
+    config["study"].update({"repetitions": 1, "warmup_repetitions": 0,
+                            "matrix": [{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
+                                        "processors": ["CPU"]}]})
+    config["apps"]["ic"].update({"batch_size": 4, "dataset": {"path": None, "count": 4},
+                                 "loadgen": {"min_query_count": 4}})
+    config.setdefault("platforms", {})["MVM"] = {"memory_mib": 3072}
+    path = write_config(workflow_dir / "guest.yaml", config)
+    snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=1500)
+    import pandas as pd
+
+    row = pd.read_csv(workflow_dir / "results" / "summary.csv").set_index("scenario").loc["MVM/1/VNL/CPU"]
+    assert row.accel == guest.planned_accel(CAPS) and row.boot_s > 0 and row.reps == 1
+    run = json.loads((workflow_dir / "results/runs/mlperf/ic/MVM/1/VNL/CPU.json").read_text())
+    assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm"
+    assert run["runs"][0]["observed"]["nproc"] == 1
+    assert yaml.safe_load((workflow_dir / "resources/guest/full/image.json").read_text())["variant"] == "full"

@@ -1,0 +1,21 @@
+# Guest disk images of VM, MVM and VMCN (dlvirt.guestimage): debootstrap bookworm, the Debian
+# kernel and a small initrd, the Python stack from the host's wheelhouse (the lock, as for CN);
+# "docker" also holds the CN image. Rebuilt only when the recipe, the lock or the CN image change.
+rule guest_image:
+    input:
+        guest_image_inputs,
+    output:
+        [f"{GUEST_IMAGE_DIR}/{{variant}}/{name}" for name in GUEST_IMAGE_FILES],
+    params:
+        out_dir=lambda w: f"{GUEST_IMAGE_DIR}/{w.variant}",
+        cn_settings=guest_image_settings,
+        cn_image=lambda w: CN_IMAGE if w.variant == "docker" else "",
+    wildcard_constraints:
+        variant="probe|full|docker",
+    log:
+        "results/logs/images/guest-{variant}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlvirt guest-image --variant {wildcards.variant} --output-dir {params.out_dir}"
+        " --cn-settings {params.cn_settings} --cn-image '{params.cn_image}' > {log} 2>&1"
