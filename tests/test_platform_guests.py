@@ -223,8 +223,9 @@ def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(workflow_dir):
     config["study"].update({"repetitions": 1, "warmup_repetitions": 0,
                             "matrix": [{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
                                         "processors": ["CPU"]}]})
-    config["apps"]["ic"].update({"batch_size": 4, "dataset": {"path": None, "count": 4},
-                                 "loadgen": {"min_query_count": 4}})
+    # two images: ResNet50 under TCG costs about a minute per image on a busy 2-core host
+    config["apps"]["ic"].update({"batch_size": 2, "dataset": {"path": None, "count": 2},
+                                 "loadgen": {"min_query_count": 2}})
     config.setdefault("platforms", {})["MVM"] = {"memory_mib": 3072}
     path = write_config(workflow_dir / "guest.yaml", config)
     snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=1500)

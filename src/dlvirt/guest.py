@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -223,6 +224,10 @@ class GuestPlatform(Platform):
             raise PlatformError(f"qemu-img create of the root disk failed: {proc.stderr.strip()}")
         return disk
 
+    def _vmm_output(self) -> str:
+        """What the VMM itself said (its errors), for failure messages."""
+        return ""
+
     def _on_guest_started(self) -> dict[str, Any]:
         """Host-side checks while the guest runs; the returned facts go into describe()."""
         return {}
@@ -279,7 +284,6 @@ class GuestPlatform(Platform):
         run.exit_status = status
         self.last_run = run
         tail = "\n".join(run.console.splitlines()[-40:])
-        print(f"--- guest console ({self.name}, accel={run.accel}) ---\n{tail}\n---", flush=True)
         if status is None:
             raise PlatformError(f"the guest ended without finishing its job (no exit status on the job disk); "
                                 f"console tail:\n{tail}")
@@ -327,13 +331,19 @@ class GuestPlatform(Platform):
         seen = ""
         with open(console, errors="replace") as stream:
             while True:
-                seen += stream.read()
+                chunk = stream.read()
+                if chunk:  # the guest's console goes into the job's log as it comes
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+                    seen += chunk
                 now = time.monotonic()
                 if boot_s is None and guestimage.START_MARKER in seen:
                     boot_s = now - started
                     host_observed = self._on_guest_started()
                 if not self._vmm_running():
-                    seen += stream.read()
+                    chunk = stream.read()
+                    sys.stdout.write(chunk)
+                    seen += chunk
                     break
                 if boot_s is None and now - started > boot_timeout:
                     return None
@@ -343,7 +353,8 @@ class GuestPlatform(Platform):
                                         f"(+{KILL_GRACE_S:.0f} s grace) and was killed")
                 time.sleep(POLL_S)
         if boot_s is None:
-            raise PlatformError(f"the guest stopped before reaching its job; console tail:\n{seen[-3000:]}")
+            raise PlatformError(f"the guest stopped before reaching its job; console tail:\n{seen[-3000:]}"
+                                f"{self._vmm_output()}")
         return GuestRun(None, round(boot_s, 3), accel, round(time.monotonic() - started, 3), seen, host_observed)
 
     def expected(self) -> Expected:

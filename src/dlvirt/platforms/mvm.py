@@ -123,6 +123,12 @@ class MicroVM(GuestPlatform):
         proc.wait()
         self.proc = None
 
+    def _vmm_output(self) -> str:
+        try:
+            return "\nVMM output:\n" + (self.disk_dir / "vmm.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
     def _on_guest_started(self) -> dict[str, Any]:
         pattern = FIRECRACKER_VCPU_THREAD if self.vmm == "firecracker" else VCPU_THREAD
         return self.check_vcpu_pinning(self._vmm_pid(), pattern)
