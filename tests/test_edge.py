@@ -151,7 +151,7 @@ def test_a_job_stopped_here_stops_there_and_leaves_nothing(sshd: Sshd, ic_datase
 def test_smoke_study_with_an_edge_host(sshd: Sshd, workflow_dir: Path) -> None:
     config = smoke_config()
     one_core = [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]
-    config["study"].update(repetitions=1, warmup_repetitions=0, matrix=one_core)
+    config["study"].update(apps=["ic"], tools=["mlperf"], repetitions=1, warmup_repetitions=0, matrix=one_core)
     # "all" is the edge's cores as measured there; 64 cores are more than it has: left out.
     # Vanilla (a CFS quota), as Figure 11 draws the edge.
     config["hosts"] = {"edge": {**sshd.settings, "matrix": [{"platforms": ["BM"], "cores": ["all", 64],
