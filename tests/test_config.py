@@ -35,11 +35,11 @@ def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
     (lambda c: c["apps"]["ic"].update(batchsize=3), "'batchsize' was unexpected"),
     (lambda c: c["study"].update(repetitions=0), "0 is less than the minimum of 1"),
     (lambda c: c["study"]["matrix"][0].update(pinning=["PINNED"]), "'PINNED' is not one of"),
-    (lambda c: c["study"]["matrix"].append({"platforms": ["MVM"], "cores": [1], "pinning": ["PIN"]}),
-     r"study.matrix[1].pinning: MVM cannot be pinned"),
-    (lambda c: c["study"]["matrix"].append({"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
-                                            "processors": ["GPU"]}),
-     r"study.matrix[1].processors: MVM cannot use a GPU"),
+    (lambda c: c["study"].update(matrix=[{"platforms": ["MVM"], "cores": [1], "pinning": ["PIN"]}]),
+     r"study.matrix[0].pinning: MVM cannot be pinned"),
+    (lambda c: c["study"].update(matrix=[{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
+                                          "processors": ["GPU"]}]),
+     r"study.matrix[0].processors: MVM cannot use a GPU"),
 ])
 def test_bad_configs_are_refused_naming_the_key(workflow_dir, mutate, message):
     config = smoke_config()
