@@ -16,6 +16,8 @@ Run as root (libvirt's system instance; virtlogd/libvirtd are started when none 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import tempfile
@@ -34,7 +36,8 @@ def boot_times(cls: type[VirtualMachine] | type[MicroVM], image: Path, vcpus: in
     accel = vmm = ""
     for _ in range(boots):
         settings = {"image_dir": str(image), "memory_mib": 512, "boot_timeout_s": 600, "allow_emulation": True}
-        with cls(Scenario(cls.name, vcpus, "VNL", "CPU"), settings, work / cls.name, new_run_id()) as platform:
+        with cls(Scenario(cls.name, vcpus, "VNL", "CPU"), settings, work / cls.name, new_run_id()) as platform, \
+                contextlib.redirect_stdout(io.StringIO()):  # the guest's console, streamed for job logs
             platform.execute("true\n", timeout_s=120)
             facts = platform.describe()
         times.append(float(facts["boot_s"]))
@@ -55,7 +58,9 @@ def main() -> None:
             image = work / "probe"
             guestimage.build("probe", image)
         rows = [(cls.name, *boot_times(cls, image, args.vcpus, args.boots, work)) for cls in (VirtualMachine, MicroVM)]
-    print(f"boot-to-job time, {args.boots} boots each, {args.vcpus} vCPU(s), host {os.uname().nodename}")
+    load = os.getloadavg()[0]
+    print(f"boot-to-job time, {args.boots} boots each, {args.vcpus} vCPU(s), host {os.uname().nodename}, "
+          f"load average {load:.1f}")
     print(f"{'platform':<9}{'vmm':<14}{'accel':<7}{'mean s':>8}{'min s':>8}{'max s':>8}")
     for name, times, accel, vmm in rows:
         print(f"{name:<9}{vmm:<14}{accel:<7}{statistics.mean(times):>8.2f}{min(times):>8.2f}{max(times):>8.2f}")
