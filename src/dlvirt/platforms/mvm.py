@@ -69,9 +69,15 @@ class MicroVM(GuestPlatform):
         if configured and not Path(configured).is_file():
             raise PlatformError(f"platforms.MVM.firecracker: {configured} does not exist")
         binary = configured or shutil.which("firecracker")
-        # Firecracker needs KVM; under emulation QEMU's microvm machine is the micro-VM.
-        self.firecracker = str(binary) if binary and self.accel == "kvm" else None
+        # Firecracker needs KVM and an uncompressed ELF kernel (platforms.MVM.kernel; Debian ships
+        # a bzImage): otherwise QEMU's microvm machine is the micro-VM, and describe() says why.
+        with open(self.boot_files.kernel, "rb") as kernel:
+            elf = kernel.read(4) == b"\x7fELF"
+        self.firecracker = str(binary) if binary and self.accel == "kvm" and elf else None
         self.vmm = "firecracker" if self.firecracker else "qemu-microvm"
+        self.vmm_note = None if self.firecracker or not binary else (
+            "firecracker found but not used: " + ("no KVM" if self.accel != "kvm" else
+                                                   "the kernel is not an uncompressed ELF vmlinux"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _root_disk(self, boot: Any, dest: Path) -> Path:
@@ -136,5 +142,5 @@ class MicroVM(GuestPlatform):
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
         facts.update({"engine": self.vmm, "vmm": self.vmm, "cpu_mechanism": "unpinned vCPUs",
-                      "firecracker": self.firecracker})
+                      "firecracker": self.firecracker, "vmm_note": self.vmm_note})
         return facts
