@@ -175,8 +175,8 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
                  "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "dockerd.pid"),
                  "--config-file", str(run_dir / "daemon-config.json"), "--iptables=false",
                  "--ip-forward=false", "--bridge=none"))
-    engines.acquire(daemon, os.getpid())
     try:
+        engines.acquire(daemon, os.getpid())
         loader = docker.DockerClient(base_url=url, timeout=600)
         try:
             with open(tar, "rb") as handle:
@@ -206,7 +206,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             raise ImageError(f"{tool} not found (apt-get install debootstrap e2fsprogs)")
     started = time.monotonic()
-    output_dir = Path(output_dir)
+    output_dir = Path(output_dir).resolve()  # daemons and chroots get absolute paths
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".build-{variant}-", dir=output_dir.parent))
     try:
