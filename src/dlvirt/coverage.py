@@ -17,12 +17,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dlvirt.matrix import LOCAL_SITE
 from dlvirt.scenario import PLATFORMS, PROCESSORS, Scenario
 
 APPS = ("ic", "sr", "nlp", "rs")
 TOOLS = ("mlperf", "dlbs")
 EVERY_SCENARIO = "(every scenario)"
-LOCAL_SITE = "local"  # a summary row's site when the main host (not an edge host) measured it
 
 
 @dataclass(frozen=True)
