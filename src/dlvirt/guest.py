@@ -61,8 +61,8 @@ def emulation_reason(caps: Capabilities, config: dict[str, Any]) -> str | None:
     problem = kvm_problem(caps)
     if problem is None or config.get("allow_emulation"):
         return None
-    return (f"KVM not usable ({problem}); it would run under QEMU's TCG emulator, 10-15x slower — "
-            f"set allow_emulation: true to include it (results say accel=tcg)")
+    return (f"KVM not usable ({problem}); under QEMU's TCG emulator it would run 10x to several 100x "
+            f"slower — allow_emulation: true includes it (its results say accel=tcg)")
 
 
 def planned_accel(caps: Capabilities) -> str:
