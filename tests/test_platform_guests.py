@@ -220,7 +220,7 @@ def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(workflow_dir):
     """The real workflow builds the full guest image (the host's Python stack, offline) and runs IC
     in an MVM; the row says which accelerator ran it and how long the guest took to boot."""
     config = smoke_config()
-    config["study"].update({"repetitions": 1, "warmup_repetitions": 0,
+    config["study"].update({"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1, "warmup_repetitions": 0,
                             "matrix": [{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
                                         "processors": ["CPU"]}]})
     # two images: ResNet50 under TCG costs about a minute per image on a busy 2-core host
