@@ -115,6 +115,9 @@ def _cmd_image(args: argparse.Namespace) -> int:
 
 def _cmd_guest_image(args: argparse.Namespace) -> int:
     from dlvirt.guestimage import build_for_workflow
+    from dlvirt.runner import stop_on_sigterm
+
+    stop_on_sigterm()  # Snakemake stops jobs with SIGTERM: remove the half-built image and its mounts
 
     print(build_for_workflow(args.variant, Path(args.output_dir), Path.cwd(), json.loads(args.cn_settings),
                              args.cn_image or None))

@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,11 +98,20 @@ class ImageError(RuntimeError):
     pass
 
 
-def _run(cmd: list[str], log: Any = None, **kwargs: Any) -> None:
+def _run(cmd: list[str], **kwargs: Any) -> None:
+    """Run a build step in its own process group, so that stopping the build (SIGTERM turned
+    into SystemExit by the CLI, Ctrl-C) stops debootstrap's or dpkg's children too."""
     print("+", " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, check=False, **kwargs)
-    if proc.returncode != 0:
-        raise ImageError(f"{cmd[0]} failed with status {proc.returncode}: {' '.join(cmd)}")
+    proc = subprocess.Popen(cmd, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)  # noqa: S603
+    try:
+        returncode = proc.wait()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if returncode != 0:
+        raise ImageError(f"{cmd[0]} failed with status {returncode}: {' '.join(cmd)}")
 
 
 @contextlib.contextmanager
