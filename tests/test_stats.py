@@ -30,3 +30,22 @@ def test_single_value_has_no_interval():
 def test_empty_is_an_error():
     with pytest.raises(ValueError):
         estimate([])
+
+
+def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
+    from dlvirt.aggregate import summarise_result
+
+    def run(e2e, pre):
+        return {"e2e_s": e2e, "phases": {"pre_s": pre, "infer_s": e2e, "post_s": 0.0}, "samples": 10,
+                "samples_per_s": 10 / e2e, "loadgen": {"validity": "VALID"},
+                "threads": {"policy": "granted", "intra_op": 2}}
+
+    result = {"tool": "mlperf", "app": "ic", "scenario_name": "BM/2/PIN/CPU",
+              "scenario": {"platform": "BM", "cores": 2, "pinning": "PIN", "processor": "CPU"},
+              "runs": [run(1.0, 0.5)] * 30 + [run(1.1, 0.5)] * 30 + [run(50.0, 40.0)],
+              "platform": {"accel": "none"}, "dataset": {"source": "synthetic"}, "model": {"weights": "random"},
+              "host": "h"}
+    row = summarise_result(result)
+    assert row["outliers"] == 1 and row["reps"] == 60
+    assert row["pre_s"] == pytest.approx(0.5) and row["infer_s"] == pytest.approx(1.05)
+    assert row["loadgen_valid"] is True

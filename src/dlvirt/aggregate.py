@@ -17,7 +17,7 @@ import pandas as pd
 from dlvirt.atomic import read_json, write_text_atomic
 from dlvirt.hostinfo import hardware_label
 from dlvirt.matrix import LOCAL_SITE
-from dlvirt.stats import estimate
+from dlvirt.stats import estimate, inliers
 
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
@@ -28,15 +28,17 @@ COLUMNS = KEY_COLUMNS + [
 
 
 def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
-    runs = result["runs"]
-    est = estimate([r["e2e_s"] for r in runs])
+    e2e = [r["e2e_s"] for r in result["runs"]]
+    est = estimate(e2e)
+    # phases and rates come from the same repetitions as mean_s: outliers dropped from all of them
+    runs = [r for r, keep in zip(result["runs"], inliers(e2e), strict=True) if keep]
     scenario = result["scenario"]
 
     def phase(name: str) -> float:
         # a DLBS (model-only) run has the inference phase only: NaN for the others
         return float(np.mean([r["phases"].get(name, np.nan) for r in runs]))
 
-    validity = {r.get("loadgen", {}).get("validity") for r in runs}
+    validity = {r.get("loadgen", {}).get("validity") for r in result["runs"]}  # every run must be valid
     return {
         "tool": result["tool"],
         "app": result["app"],

@@ -20,16 +20,18 @@ class Estimate:
     ci95: float      # half-width of the 95 % Student-t interval (NaN for a single value)
 
 
-def drop_outliers(values: list[float], sigmas: float = OUTLIER_SIGMAS) -> tuple[list[float], int]:
-    """Values within ``sigmas`` standard deviations of the mean (one pass), and how many were dropped."""
+def inliers(values: list[float], sigmas: float = OUTLIER_SIGMAS) -> np.ndarray:
+    """Mask of the values within ``sigmas`` standard deviations of the mean (one pass)."""
     array = np.asarray(values, dtype=float)
-    if array.size < 3:
-        return list(array), 0
-    mean, std = array.mean(), array.std(ddof=1)
-    if std == 0:
-        return list(array), 0
-    keep = np.abs(array - mean) <= sigmas * std
-    return list(array[keep]), int((~keep).sum())
+    if array.size < 3 or array.std(ddof=1) == 0:
+        return np.ones(array.size, dtype=bool)
+    return np.abs(array - array.mean()) <= sigmas * array.std(ddof=1)
+
+
+def drop_outliers(values: list[float], sigmas: float = OUTLIER_SIGMAS) -> tuple[list[float], int]:
+    """Values within ``sigmas`` standard deviations of the mean, and how many were dropped."""
+    keep = inliers(values, sigmas)
+    return list(np.asarray(values, dtype=float)[keep]), int((~keep).sum())
 
 
 def estimate(values: list[float]) -> Estimate:
