@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-
 from dlvirt.apps.base import App
+from dlvirt.registry import load_class
 
 _REGISTRY = {
     "ic": "dlvirt.apps.ic:ImageClassification",
@@ -15,12 +14,7 @@ _REGISTRY = {
 
 
 def app_class(name: str) -> type[App]:
-    from dlvirt.matrix import ConfigError
-
-    if name not in _REGISTRY:
-        raise ConfigError(f"app {name!r} is not implemented (known: {', '.join(sorted(_REGISTRY))})")
-    module, cls = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return load_class(_REGISTRY, "app", name)  # type: ignore[no-any-return]
 
 
 def implemented() -> list[str]:

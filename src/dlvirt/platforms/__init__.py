@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-
 from dlvirt.platforms.base import Platform
+from dlvirt.registry import load_class
 
 # name -> "module:Class"; modules are imported on first use so building the DAG stays fast.
 _REGISTRY = {
@@ -17,12 +16,7 @@ _REGISTRY = {
 
 
 def platform_class(name: str) -> type[Platform]:
-    from dlvirt.matrix import ConfigError
-
-    if name not in _REGISTRY:
-        raise ConfigError(f"platform {name!r} is not implemented (known: {', '.join(sorted(_REGISTRY))})")
-    module, cls = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return load_class(_REGISTRY, "platform", name)  # type: ignore[no-any-return]
 
 
 def implemented() -> list[str]:
