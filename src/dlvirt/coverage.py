@@ -4,7 +4,6 @@ The plan's left-out entries are ``(what, why)`` pairs as ``dlvirt.matrix`` write
 one of
 - a scenario name, ``VM/2/VNL/CPU``: the host cannot run that scenario;
 - ``<tool> <app> <scenario>``: the app cannot run in that scenario;
-- ``app X (every scenario)`` / ``tool X (every scenario)``: not implemented.
 Apps, tools and platforms the config does not ask for are not in the plan at all; ``study_gaps``
 adds them (``platform X (every scenario)``, ``processor X (every scenario)`` too) so that a figure
 can say why its rows are missing. Kept free of heavy imports: the Snakefile uses it.

@@ -24,7 +24,7 @@ LOCAL_SITE = "local"
 EDGE_PLATFORMS = ("BM",)
 
 # Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
-IMPLEMENTED_TOOLS = ("mlperf", "dlbs")
+TOOLS = ("mlperf", "dlbs")
 
 
 class ConfigError(ValueError):
@@ -84,25 +84,18 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     """All jobs of the study on ``site``: the local host runs ``study.matrix``, an edge host its own
     ``hosts.<site>.matrix``. ``caps`` (the site's) None means no host check: take the matrix as declared."""
     from dlvirt.apps import app_class
-    from dlvirt.apps import implemented as implemented_apps
-    from dlvirt.platforms import implemented, platform_class
+    from dlvirt.platforms import platform_class
 
     study = config["study"]
     plan = Plan()
-    apps = []
-    for app in study["apps"]:
-        if app not in implemented_apps():
-            plan.left_out.append((f"app {app} (every scenario)", "not implemented in this version of dlvirt"))
-            continue
+    apps, tools = study["apps"], study["tools"]
+    for app in apps:
+        app_class(app)  # an app the schema knows but this version lacks is a ConfigError naming it
         if app not in config["apps"]:
             raise ConfigError(f"study.apps: no settings for app {app!r} under apps:")
-        apps.append(app)
-    tools = []
-    for tool in study["tools"]:
-        if tool not in IMPLEMENTED_TOOLS:
-            plan.left_out.append((f"tool {tool} (every scenario)", "not implemented in this version of dlvirt"))
-        else:
-            tools.append(tool)
+    for tool in tools:
+        if tool not in TOOLS:
+            raise ConfigError(f"study.tools: unknown tool {tool!r} (known: {', '.join(TOOLS)})")
     seen: set[Scenario] = set()
     blocks, prefix = study["matrix"], "study.matrix"
     if site != LOCAL_SITE:
@@ -119,9 +112,7 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                             continue
                         seen.add(scenario)
                         why = None
-                        if platform not in implemented():
-                            why = f"platform {platform} is not implemented in this version of dlvirt"
-                        elif site != LOCAL_SITE and platform not in EDGE_PLATFORMS:
+                        if site != LOCAL_SITE and platform not in EDGE_PLATFORMS:
                             why = f"platform {platform} does not run on edge hosts yet (its image is built here)"
                         elif caps is not None:
                             why = platform_class(platform).unavailable_reason(scenario, caps, config)

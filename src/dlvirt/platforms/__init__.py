@@ -17,7 +17,3 @@ _REGISTRY = {
 
 def platform_class(name: str) -> type[Platform]:
     return load_class(_REGISTRY, "platform", name)  # type: ignore[no-any-return]
-
-
-def implemented() -> list[str]:
-    return sorted(_REGISTRY)
