@@ -21,7 +21,7 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
-    # Start the engines the planned platforms need when none answers (dlvirt.engines), then remove
+    # Start the engines the planned platforms need when none answers (dlvirt.system.engines), then remove
     # what a killed earlier run left (dlvirt-named, runner gone), never anything else.
     workflow_engines("up")
     dlvirt_command("cleanup", "--settings", json.dumps(config["platforms"]))

@@ -19,10 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dlvirt import container_image, engines
+from dlvirt.platforms import container_image
+
+from dlvirt.system import engines
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.platforms.cn import Container
-from dlvirt.runner import run_job
+from dlvirt.run.runner import run_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness_overhead import settings  # noqa: E402 - the same IC settings as the other benchmark

@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlvirt import observe
+from dlvirt.system import observe
 from dlvirt.apps.ic import ImageClassification
-from dlvirt.harness import plan_threads
-from dlvirt.runner import run_job
+from dlvirt.run.harness import plan_threads
+from dlvirt.run.runner import run_job
 
 
 def settings(images: int, batch: int) -> dict:

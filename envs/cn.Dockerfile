@@ -1,4 +1,4 @@
-# The CN benchmark image, built offline by `python -m dlvirt image` (src/dlvirt/container_image.py),
+# The CN benchmark image, built offline by `python -m dlvirt image` (src/dlvirt/platforms/container_image.py),
 # which passes BASE (a debootstrapped Debian imported into the engine: no registry needed) and the
 # build context: wheelhouse/ + requirements.txt (the host's resolved lock) and package/ (dlvirt's
 # wheel). The wheels reach the build through BuildKit bind mounts, so no layer keeps them.

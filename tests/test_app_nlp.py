@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import run_one_job
 
-from dlvirt.aggregate import summarise
+from dlvirt.analysis.aggregate import summarise
 from dlvirt.apps import squad
 from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
 from dlvirt.apps.nlp import (
@@ -19,7 +19,7 @@ from dlvirt.apps.nlp import (
     load_tokenizer,
     train_wordpiece_vocab,
 )
-from dlvirt.download import fetch_verified
+from dlvirt.apps.download import fetch_verified
 
 NORMANS = ("The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, "
            "a region in France. They were descended from Norse raiders and pirates from Denmark, Iceland "

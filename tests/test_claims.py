@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlvirt.claims import FAILS, HOLDS, UNTESTABLE, evaluate, write_claims
-from dlvirt.coverage import Gap, reasons, study_gaps
-from dlvirt.hostinfo import Capabilities
-from dlvirt.matrix import expand
+from dlvirt.analysis.claims import FAILS, HOLDS, UNTESTABLE, evaluate, write_claims
+from dlvirt.plan.leftout import Gap, reasons, study_gaps
+from dlvirt.system.hostinfo import Capabilities
+from dlvirt.plan.planner import expand
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NO_GPU = [["BM/2/VNL/GPU", "no GPU on this host (nvidia-smi lists none)"]]

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from conftest import run_one_job
 
-from dlvirt import dlbs
-from dlvirt.aggregate import summarise
+from dlvirt.run import dlbs
+from dlvirt.analysis.aggregate import summarise
 
 
 def test_log_round_trips_through_the_parser():

@@ -24,7 +24,7 @@ from conftest import smoke_config, snakemake, write_config
 from local_daemons import daemon, free_port, port_open
 
 from dlvirt.apps.ic import ImageClassification
-from dlvirt.remote import COMPLETE, RemoteError, SshHost, run_job_remote
+from dlvirt.run.remote import COMPLETE, RemoteError, SshHost, run_job_remote
 
 SSHD = "/usr/sbin/sshd"          # sshd re-executes itself: it must be started by absolute path
 PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd refuses to start without it

@@ -1,4 +1,4 @@
-"""dlvirt.engines with a real (tiny) daemon: started when none answers, shared through leases,
+"""dlvirt.system.engines with a real (tiny) daemon: started when none answers, shared through leases,
 stopped by the last holder only, never stopped when dlvirt did not start it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from local_daemons import free_port, port_open
 
-from dlvirt import engines
+from dlvirt.system import engines
 
 pytestmark = pytest.mark.skipif(not os.access(engines.RUN_ROOT.parent, os.W_OK),
                                 reason=f"{engines.RUN_ROOT} is not writable (engines run as root)")

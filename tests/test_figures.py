@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, tool_env
-from dlvirt import figures
-from dlvirt.catalog import FIGURES
+from dlvirt.analysis import figures
+from dlvirt.analysis.catalog import FIGURES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUMMARIES = FIXTURES / "summaries"

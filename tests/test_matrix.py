@@ -6,8 +6,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from dlvirt.hostinfo import Capabilities
-from dlvirt.matrix import ConfigError, expand
+from dlvirt.system.hostinfo import Capabilities
+from dlvirt.core.errors import ConfigError
+from dlvirt.plan.planner import expand
 
 
 def host(cores: int = 2, gpus: tuple[str, ...] = ()) -> Capabilities:

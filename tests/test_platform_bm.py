@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dlvirt import cgroups
+from dlvirt.system import cgroups
 from dlvirt.apps.ic import ImageClassification
-from dlvirt.cleanup import stale_cgroups
+from dlvirt.run.cleanup import stale_cgroups
 from dlvirt.platforms.base import Expected, PlatformError, VerificationError, verify
-from dlvirt.runner import run_job
+from dlvirt.run.runner import run_job
 
 CPUS = sorted(os.sched_getaffinity(0))
 IC_SETTINGS = {"batch_size": 4, "seed": 0, "dataset": {"path": None, "count": 4, "seed": 0},

@@ -2,7 +2,7 @@
 --cpuset-cpus) seen from inside, nothing left behind after a kill or a timeout, and an image that is
 built once and never rebuilt while its inputs stay the same.
 
-The session starts dlvirt's own dockerd through dlvirt.engines when none answers (and stops it at
+The session starts dlvirt's own dockerd through dlvirt.system.engines when none answers (and stops it at
 the end unless another workflow still uses it) and builds the image at most once."""
 
 from __future__ import annotations
@@ -24,12 +24,16 @@ import pytest
 from conftest import copy_workflow, smoke_config, snakemake, write_config
 from test_platform_bm import IC_SETTINGS, spec
 
-from dlvirt import container_image, docker_engine, engines
+from dlvirt.platforms import container_image
+
+from dlvirt.system import docker_engine
+
+from dlvirt.system import engines
 from dlvirt.apps.ic import ImageClassification
-from dlvirt.cleanup import remove_stale_containers
+from dlvirt.run.cleanup import remove_stale_containers
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.cn import Container, online_cpus
-from dlvirt.runner import run_job
+from dlvirt.run.runner import run_job
 
 pytestmark = pytest.mark.slow
 

@@ -23,18 +23,20 @@ import pytest
 import yaml
 
 from conftest import smoke_config, snakemake, write_config
-from dlvirt import engines, guest, guestimage
-from dlvirt.cleanup import remove_stale_guests
-from dlvirt.hostinfo import Capabilities, capabilities
-from dlvirt.matrix import expand
+from dlvirt.system import engines
+from dlvirt.platforms import guest
+from dlvirt.platforms import guestimage
+from dlvirt.run.cleanup import remove_stale_guests
+from dlvirt.system.hostinfo import Capabilities, capabilities
+from dlvirt.plan.planner import expand
 from dlvirt.platforms.base import PlatformError, verify
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.platforms.vm import URI, VirtualMachine, quiet_libvirt, domain_xml, parse_pci_address
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 CAPS = capabilities()
 HOST_CPUS = sorted(os.sched_getaffinity(0))
-OBSERVE = ('PYTHONPATH=/job/src python3 -c "import json; from dlvirt import observe; '
+OBSERVE = ('PYTHONPATH=/job/src python3 -c "import json; from dlvirt.system import observe; '
            'print(json.dumps(observe.observe()))" > /job/out/observed.json\n')
 
 
@@ -64,7 +66,7 @@ def probe_image(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def libvirt_daemons():
-    """virtlogd and libvirtd for the session, started through dlvirt.engines when none answers."""
+    """virtlogd and libvirtd for the session, started through dlvirt.system.engines when none answers."""
     if not CAPS.libvirt:
         pytest.skip("libvirtd is not installed")
     acquired = []
@@ -178,8 +180,8 @@ def test_stale_guest_of_a_killed_runner_is_removed(probe_image, tmp_path):
 import sys
 from pathlib import Path
 from dlvirt.platforms.mvm import MicroVM
-from dlvirt.runner import new_run_id
-from dlvirt.scenario import Scenario
+from dlvirt.run.runner import new_run_id
+from dlvirt.core.scenario import Scenario
 settings = {settings(probe_image)!r}
 with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings, Path({str(tmp_path)!r}), new_run_id()) as mvm:
     print(mvm.domain_name, flush=True)

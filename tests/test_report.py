@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from conftest import smoke_config, write_config
-from dlvirt.catalog import FIGURES
-from dlvirt.claims import write_claims
-from dlvirt.report import write_report
-from dlvirt.tables import write_tables
+from dlvirt.analysis.catalog import FIGURES
+from dlvirt.analysis.claims import write_claims
+from dlvirt.analysis.report import write_report
+from dlvirt.analysis.tables import write_tables
 from test_figures import CASES, FIXTURES, REPO, parameters, run_notebook_in_process
 from test_workflow import jobs_that_would_run
 

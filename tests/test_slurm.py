@@ -20,7 +20,7 @@ import yaml
 from conftest import copy_workflow, smoke_config, snakemake, write_config
 from local_daemons import daemon, free_port
 
-from dlvirt.aggregate import mixed_hardware
+from dlvirt.analysis.aggregate import mixed_hardware
 
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])

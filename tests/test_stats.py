@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from dlvirt.stats import drop_outliers, estimate
+from dlvirt.analysis.stats import drop_outliers, estimate
 
 
 def test_outlier_beyond_three_sigma_is_removed_and_counted():
@@ -33,7 +33,7 @@ def test_empty_is_an_error():
 
 
 def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
-    from dlvirt.aggregate import summarise_result
+    from dlvirt.analysis.aggregate import summarise_result
 
     def run(e2e, pre):
         return {"e2e_s": e2e, "phases": {"pre_s": pre, "infer_s": e2e, "post_s": 0.0}, "samples": 10,

@@ -10,7 +10,7 @@ from typing import Any
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
-    from dlvirt.hostinfo import write_facts
+    from dlvirt.system.hostinfo import write_facts
 
     write_facts(Path(args.output))
     return 0
@@ -38,21 +38,21 @@ def _print_times(result: dict[str, Any]) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from dlvirt.runner import run_job
+    from dlvirt.run.runner import run_job
 
     _print_times(run_job(json.loads(args.spec), Path(args.output), Path(args.loadgen_dir)))
     return 0
 
 
 def _cmd_site_facts(args: argparse.Namespace) -> int:
-    from dlvirt.remote import SshHost, write_remote_facts
+    from dlvirt.run.remote import SshHost, write_remote_facts
 
     write_remote_facts(SshHost.from_settings(args.site, json.loads(args.ssh)), Path(args.output))
     return 0
 
 
 def _cmd_site_bench(args: argparse.Namespace) -> int:
-    from dlvirt.remote import SshHost, run_job_remote
+    from dlvirt.run.remote import SshHost, run_job_remote
 
     host = SshHost.from_settings(args.site, json.loads(args.ssh))
     _print_times(run_job_remote(host, json.loads(args.spec), Path(args.output), Path(args.loadgen_dir)))
@@ -60,21 +60,21 @@ def _cmd_site_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_aggregate(args: argparse.Namespace) -> int:
-    from dlvirt.aggregate import write_summary
+    from dlvirt.analysis.aggregate import write_summary
 
     write_summary([Path(p) for p in args.inputs], Path(args.output))
     return 0
 
 
 def _cmd_concat(args: argparse.Namespace) -> int:
-    from dlvirt.aggregate import concat_summaries
+    from dlvirt.analysis.aggregate import concat_summaries
 
     concat_summaries([Path(p) for p in args.inputs], Path(args.output))
     return 0
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from dlvirt.cleanup import remove_stale
+    from dlvirt.run.cleanup import remove_stale
 
     for line in remove_stale(json.loads(args.settings)):
         print(line)
@@ -82,7 +82,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_engines(args: argparse.Namespace) -> int:
-    from dlvirt import engines
+    from dlvirt.system import engines
     from dlvirt.platforms import platform_class
 
     if args.action == "down":
@@ -107,15 +107,15 @@ def _cmd_engines(args: argparse.Namespace) -> int:
 
 
 def _cmd_image(args: argparse.Namespace) -> int:
-    from dlvirt.container_image import ensure
+    from dlvirt.platforms.container_image import ensure
 
     ensure(Path.cwd(), json.loads(args.settings), Path(args.output))
     return 0
 
 
 def _cmd_guest_image(args: argparse.Namespace) -> int:
-    from dlvirt.guestimage import build_for_workflow
-    from dlvirt.runner import stop_on_sigterm
+    from dlvirt.platforms.guestimage import build_for_workflow
+    from dlvirt.run.runner import stop_on_sigterm
 
     stop_on_sigterm()  # Snakemake stops jobs with SIGTERM: remove the half-built image and its mounts
 
@@ -125,10 +125,10 @@ def _cmd_guest_image(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from dlvirt.atomic import write_json_atomic
-    from dlvirt.coverage import plan_document
-    from dlvirt.hostinfo import capabilities
-    from dlvirt.matrix import expand
+    from dlvirt.core.atomic import write_json_atomic
+    from dlvirt.plan.leftout import plan_document
+    from dlvirt.system.hostinfo import capabilities
+    from dlvirt.plan.planner import expand
 
     config = json.loads(args.config)
     caps = capabilities() if config["host_check"] else None
@@ -139,14 +139,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
-    from dlvirt.tables import write_tables
+    from dlvirt.analysis.tables import write_tables
 
     write_tables([Path(p) for p in args.runs], Path(args.host), Path(args.plan), Path(args.table1), Path(args.table2))
     return 0
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from dlvirt.claims import write_claims
+    from dlvirt.analysis.claims import write_claims
 
     table = write_claims(Path(args.summary), Path(args.host), Path(args.plan), Path(args.output))
     for row in table.itertuples():
@@ -155,7 +155,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dlvirt.report import write_report
+    from dlvirt.analysis.report import write_report
 
     write_report(Path(args.output), figures={Path(p).stem: Path(p) for p in args.figures},
                  summary=Path(args.summary), host=Path(args.host), plan=Path(args.plan), claims=Path(args.claims),

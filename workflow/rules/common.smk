@@ -12,12 +12,13 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dlvirt.apps import app_class  # noqa: E402
-from dlvirt.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
-from dlvirt.container_image import content_tag as cn_content_tag, image_inputs as cn_image_inputs  # noqa: E402
-from dlvirt.coverage import APPS, TOOLS, study_gaps  # noqa: E402
-from dlvirt.dlbs import settings_for as dlbs_settings  # noqa: E402
-from dlvirt.hostinfo import capabilities  # noqa: E402
-from dlvirt.matrix import ConfigError, expand as expand_plan  # noqa: E402
+from dlvirt.analysis.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
+from dlvirt.platforms.container_image import content_tag as cn_content_tag, image_inputs as cn_image_inputs  # noqa: E402
+from dlvirt.plan.leftout import APPS, TOOLS, study_gaps  # noqa: E402
+from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
+from dlvirt.system.hostinfo import capabilities  # noqa: E402
+from dlvirt.core.errors import ConfigError  # noqa: E402
+from dlvirt.plan.planner import expand as expand_plan  # noqa: E402
 
 # --config key=false arrives as a string; the schema wants booleans.
 for _key in ("strict", "host_check", "allow_emulation"):
@@ -59,12 +60,12 @@ CN_IMAGE_MARKER = "resources/images/cn.json"
 CN_IMAGE = config["platforms"]["CN"]["image"] or cn_content_tag(Path("."))
 # Platform -> the image markers its benchmark jobs need: only those jobs wait for an image.
 PLATFORM_IMAGES = {"CN": [CN_IMAGE_MARKER]}
-# What each workflow acquired from dlvirt.engines (the daemons it started or shares).
+# What each workflow acquired from dlvirt.system.engines (the daemons it started or shares).
 ENGINE_STATE_DIR = "resources/engines"
 
 # Figure id -> its notebook, the per-app summaries it reads (only those: one figure builds only
 # what it needs), extra papermill parameters, and the plan's reasons for rows it may lack.
-# What each figure shows is in src/dlvirt/catalog.py.
+# What each figure shows is in src/dlvirt/analysis/catalog.py.
 FIGURES = {
     spec.id: {
         "notebook": f"notebooks/{spec.notebook_name}.ipynb",
@@ -223,7 +224,7 @@ for _platform, _variant in GUEST_VARIANT.items():
 
 def guest_image_inputs(wildcards):
     """The recipe; the lock (variants with a Python stack); the CN image marker (docker)."""
-    inputs = ["src/dlvirt/guestimage.py"]
+    inputs = ["src/dlvirt/platforms/guestimage.py"]
     if wildcards.variant != "probe":
         inputs.append("envs/requirements.txt")
     if wildcards.variant == "docker":

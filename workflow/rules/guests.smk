@@ -1,4 +1,4 @@
-# Guest disk images of VM, MVM and VMCN (dlvirt.guestimage): debootstrap bookworm, the Debian
+# Guest disk images of VM, MVM and VMCN (dlvirt.platforms.guestimage): debootstrap bookworm, the Debian
 # kernel and a small initrd, the Python stack from the host's wheelhouse (the lock, as for CN);
 # "docker" also holds the CN image. Rebuilt only when the recipe, the lock or the CN image change.
 rule guest_image:

@@ -1,4 +1,4 @@
-# Platform images. CN: built offline from envs/cn.Dockerfile (dlvirt.container_image), named by the
+# Platform images. CN: built offline from envs/cn.Dockerfile (dlvirt.platforms.container_image), named by the
 # hash of its inputs, so nothing is rebuilt while they stay the same; with platforms.CN.image set,
 # that image is used (pulled if the engine lacks it). The marker records which image CN jobs run.
 rule cn_image:

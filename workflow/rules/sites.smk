@@ -1,9 +1,9 @@
 # Helpers of the edge-host rules (edge.smk): the sites, their paths, their plans and job specs.
 # A site's matrix is planned against its facts as measured there (checkpoint site_host_facts).
-from dlvirt.atomic import read_json  # noqa: E402
-from dlvirt.hostinfo import load_capabilities  # noqa: E402
-from dlvirt.matrix import Job  # noqa: E402
-from dlvirt.scenario import Scenario  # noqa: E402
+from dlvirt.core.atomic import read_json  # noqa: E402
+from dlvirt.system.hostinfo import load_capabilities  # noqa: E402
+from dlvirt.plan.planner import Job  # noqa: E402
+from dlvirt.core.scenario import Scenario  # noqa: E402
 
 SITES = sorted(config["hosts"])
 SITE_FACTS = "results/host-{site}.json"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dlvirt.apps.base import App
-from dlvirt.registry import load_class
+from dlvirt.core.registry import load_class
 
 _REGISTRY = {
     "ic": "dlvirt.apps.ic:ImageClassification",

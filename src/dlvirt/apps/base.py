@@ -1,6 +1,6 @@
 """The app interface: dataset, model, pre-process, infer, post-process.
 
-One class per DL application; the LoadGen harness (``dlvirt.harness``) drives any of them the same
+One class per DL application; the LoadGen harness (``dlvirt.run.harness``) drives any of them the same
 way, so adding an app is one new module registered in ``dlvirt.apps``.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dlvirt.atomic import read_json, write_json_atomic
-from dlvirt.scenario import Scenario
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.scenario import Scenario
 
 DATASET_INFO = "dataset.json"
 

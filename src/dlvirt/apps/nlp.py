@@ -23,7 +23,7 @@ import numpy as np
 
 from dlvirt.apps import squad, torch_runtime
 from dlvirt.apps.base import DATASET_INFO, App, AppError, checked_weights, sha256_file
-from dlvirt.atomic import read_json, write_json_atomic, write_text_atomic
+from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
 
 # BertConfig sizes of the published BERT models (Devlin et al.; Turc et al. for mini/tiny).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -128,7 +128,7 @@ class QuestionAnswering(App):
 
     @classmethod
     def download_dataset(cls, out_dir: Path) -> list[Path]:
-        from dlvirt.download import fetch_verified
+        from dlvirt.apps.download import fetch_verified
 
         return [fetch_verified(squad.SQUAD_DEV_URL, Path(out_dir) / squad.SQUAD_DEV_FILE, squad.SQUAD_DEV_SHA256)]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import App, AppError, checked_weights
-from dlvirt.atomic import write_text_atomic
+from dlvirt.core.atomic import write_text_atomic
 
 SAMPLE_RATE = 16000
 LABELS = " abcdefghijklmnopqrstuvwxyz'"
@@ -431,7 +431,7 @@ class SpeechRecognition(App):
     @classmethod
     def download_dataset(cls, out_dir: Path) -> list[Path]:
         """Fetch LibriSpeech dev-clean (SHA-256 checked) and convert it to MLPerf's WAV layout."""
-        from dlvirt.download import fetch_verified
+        from dlvirt.apps.download import fetch_verified
 
         out_dir = Path(out_dir)
         archive = fetch_verified(LIBRISPEECH_DEV_CLEAN_URL, out_dir / "dev-clean.tar.gz", LIBRISPEECH_DEV_CLEAN_SHA256)

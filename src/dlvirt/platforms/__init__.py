@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dlvirt.platforms.base import Platform
-from dlvirt.registry import load_class
+from dlvirt.core.registry import load_class
 
 # name -> "module:Class"; modules are imported on first use so building the DAG stays fast.
 _REGISTRY = {

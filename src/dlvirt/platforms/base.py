@@ -13,9 +13,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
-from dlvirt.engines import Daemon
-from dlvirt.hostinfo import Capabilities
-from dlvirt.scenario import Scenario
+from dlvirt.system.engines import Daemon
+from dlvirt.system.hostinfo import Capabilities
+from dlvirt.core.scenario import Scenario
 
 
 class PlatformError(RuntimeError):
@@ -118,7 +118,7 @@ class Platform(ABC):
     @classmethod
     def daemons(cls, settings: dict[str, Any]) -> list[Daemon]:
         """Engines this platform needs running on this host (``settings``: its platforms.<name>
-        section); the workflow starts them at its start when none answers (``dlvirt.engines``)."""
+        section); the workflow starts them at its start when none answers (``dlvirt.system.engines``)."""
         return []
 
     @staticmethod

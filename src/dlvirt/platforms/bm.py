@@ -13,15 +13,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlvirt import cgroups, observe
-from dlvirt.atomic import read_json, write_json_atomic
-from dlvirt.hostinfo import Capabilities
+from dlvirt.system import cgroups
+
+from dlvirt.system import observe
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import Expected, Platform, PlatformError
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 
 def harness_command(job_path: Path, out_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "dlvirt.harness", str(job_path), str(out_dir)]
+    return [sys.executable, "-m", "dlvirt.run.harness", str(job_path), str(out_dir)]
 
 
 def run_harness_process(cmd: list[str], env: dict[str, str], timeout_s: float,

@@ -6,7 +6,7 @@ oversubscribe. ``CN/N/PIN`` = ``--cpuset-cpus`` on N host cores. Always ``--netw
 privileged; the inputs (dataset, weights, the job) are bind-mounted read-only at their host paths
 and one writable mount receives the results. ``CN/N/*/GPU`` adds ``--gpus`` (NVIDIA Container
 Toolkit). Every container is labelled with the job's run id and removed on success, failure,
-timeout and Ctrl-C; ``dlvirt.cleanup`` removes those of a killed workflow.
+timeout and Ctrl-C; ``dlvirt.run.cleanup`` removes those of a killed workflow.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 from requests.exceptions import RequestException
 
-from dlvirt import container_image, docker_engine
-from dlvirt.atomic import read_json, write_json_atomic
-from dlvirt.engines import Daemon, EngineError
-from dlvirt.hostinfo import Capabilities
+from dlvirt.platforms import container_image
+
+from dlvirt.system import docker_engine
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.system.engines import Daemon, EngineError
+from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 JOB_PATH = "/dlvirt/job.json"
 OUT_DIR = "/dlvirt/out"
@@ -140,7 +142,7 @@ class Container(Platform):
         environment = {"HOME": "/tmp", **({"CUDA_VISIBLE_DEVICES": ""} if self.scenario.processor == "CPU" else {})}
         try:
             self.container = self.client.containers.create(
-                self.image, ["python", "-m", "dlvirt.harness", JOB_PATH, OUT_DIR],
+                self.image, ["python", "-m", "dlvirt.run.harness", JOB_PATH, OUT_DIR],
                 name=f"dlvirt-{self.run_id}", labels={**docker_engine.labels(self.run_id),
                                                       "dlvirt.scenario": self.scenario.name},
                 # Relative paths in the job resolve as on the host: same working directory.

@@ -6,7 +6,7 @@ threads' affinity while the guest runs. ``VM/N/*/GPU``: a ``<hostdev>`` PCI pass
 ``platforms.VM.gpu_pci_address``. KVM when it really works, else TCG (``allow_emulation``).
 
 libvirtd and virtlogd are used when they answer; otherwise dlvirt starts them itself through
-``dlvirt.engines`` and stops them when its last user is done.
+``dlvirt.system.engines`` and stops them when its last user is done.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from dlvirt import engines
-from dlvirt.guest import GuestPlatform, kernel_cmdline
-from dlvirt.hostinfo import Capabilities
+from dlvirt.system import engines
+from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
+from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import PlatformError
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 URI = "qemu:///system"
 VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")

@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlvirt.atomic import read_json, write_json_atomic
-from dlvirt.engines import Daemon
-from dlvirt.guest import GUEST_JOB_DIR, guest_inputs
-from dlvirt.hostinfo import Capabilities
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.system.engines import Daemon
+from dlvirt.platforms.guest import GUEST_JOB_DIR, guest_inputs
+from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import Expected, PlatformError, verify
 from dlvirt.platforms.vm import VirtualMachine
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 SPEC = "vmcn.json"
 CONTAINER_FACTS = "container.json"

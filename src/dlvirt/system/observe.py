@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dlvirt import cgroups
+from dlvirt.system import cgroups
 
 # Written into dlvirt's CN image at build time (envs/cn.Dockerfile).
 IMAGE_TAG_FILE = "/etc/dlvirt-image"

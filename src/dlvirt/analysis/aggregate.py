@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlvirt.atomic import read_json, write_text_atomic
-from dlvirt.hostinfo import hardware_label
-from dlvirt.matrix import LOCAL_SITE
-from dlvirt.stats import estimate, inliers
+from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.system.hostinfo import hardware_label
+from dlvirt.plan.planner import LOCAL_SITE
+from dlvirt.analysis.stats import estimate, inliers
 
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [

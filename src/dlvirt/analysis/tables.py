@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.atomic import read_json, write_text_atomic
-from dlvirt.coverage import APPS, reasons
-from dlvirt.scenario import PLATFORMS
+from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.plan.leftout import APPS, reasons
+from dlvirt.core.scenario import PLATFORMS
 
 TABLE2_COLUMNS = ["platform", "site", "engine", "hypervisor", "engine_version", "accelerator", "accelerator_note",
                   "guest_kernel", "kernel_inside", "image", "cpu_modes", "cpu_mechanisms", "processors", "cores",

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlvirt.hostinfo import Capabilities
-from dlvirt.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
+from dlvirt.core.errors import ConfigError
+from dlvirt.system.hostinfo import Capabilities
+from dlvirt.core.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
 
 # Where a job runs: the host Snakemake runs on (or its cluster), else an edge host named under hosts:.
 LOCAL_SITE = "local"
@@ -25,10 +26,6 @@ EDGE_PLATFORMS = ("BM",)
 
 # Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
 TOOLS = ("mlperf", "dlbs")
-
-
-class ConfigError(ValueError):
-    """The config asks for something that cannot make sense; the message names the key."""
 
 
 @dataclass(frozen=True)

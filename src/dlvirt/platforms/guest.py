@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import dlvirt
-from dlvirt import guestimage
-from dlvirt.atomic import read_json, write_json_atomic
-from dlvirt.hostinfo import Capabilities
+from dlvirt.platforms import guestimage
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 GUEST_JOB_DIR = "/job"
 # Each guest's disks (copy-on-write root, job disk) and console live in RUN_ROOT/dlvirt-<run id>:
@@ -235,12 +235,12 @@ class GuestPlatform(Platform):
     def guest_script(self, job: dict[str, Any]) -> str:
         """The shell script that runs the harness inside the guest."""
         return (f'PY={self.guest_python}; [ -x "$PY" ] || PY=python3\n'
-                f"PYTHONPATH={GUEST_JOB_DIR}/src exec \"$PY\" -m dlvirt.harness "
+                f"PYTHONPATH={GUEST_JOB_DIR}/src exec \"$PY\" -m dlvirt.run.harness "
                 f"{GUEST_JOB_DIR}/job.json {GUEST_JOB_DIR}/out\n")
 
     # -- Platform -----------------------------------------------------------------------------
     def provision(self) -> None:
-        from dlvirt.hostinfo import capabilities
+        from dlvirt.system.hostinfo import capabilities
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.disk_dir.mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.atomic import read_json, write_text_atomic
-from dlvirt.catalog import BY_ID, FigureSpec
-from dlvirt.coverage import reasons
-from dlvirt.figures import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
+from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.analysis.catalog import BY_ID, FigureSpec
+from dlvirt.plan.leftout import reasons
+from dlvirt.analysis.figures import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
 

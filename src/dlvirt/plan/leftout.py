@@ -1,6 +1,6 @@
 """What a study measured and what it left out, in the words figures, claims and the report use.
 
-The plan's left-out entries are ``(what, why)`` pairs as ``dlvirt.matrix`` writes them; ``what`` is
+The plan's left-out entries are ``(what, why)`` pairs as ``dlvirt.plan.planner`` writes them; ``what`` is
 one of
 - a scenario name, ``VM/2/VNL/CPU``: the host cannot run that scenario;
 - ``<tool> <app> <scenario>``: the app cannot run in that scenario;
@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dlvirt.matrix import LOCAL_SITE
-from dlvirt.scenario import PLATFORMS, PROCESSORS, Scenario
+from dlvirt.plan.planner import LOCAL_SITE
+from dlvirt.core.scenario import PLATFORMS, PROCESSORS, Scenario
 
 APPS = ("ic", "sr", "nlp", "rs")
 TOOLS = ("mlperf", "dlbs")

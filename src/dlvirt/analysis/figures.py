@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from dlvirt.coverage import LOCAL_SITE, reasons  # noqa: E402
+from dlvirt.plan.leftout import LOCAL_SITE, reasons  # noqa: E402
 
 PLATFORM_ORDER = ["BM", "CN", "VM", "VMCN", "MVM"]
 PLATFORM_COLOURS = dict(zip(PLATFORM_ORDER, sns.color_palette("colorblind", len(PLATFORM_ORDER)), strict=True))

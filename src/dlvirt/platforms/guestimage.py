@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlvirt.atomic import write_json_atomic
+from dlvirt.core.atomic import write_json_atomic
 
 VARIANTS = ("probe", "full", "docker")
 DEFAULT_DIR = "resources/guest"  # <DEFAULT_DIR>/<variant>/, relative to the workflow directory
@@ -163,7 +163,9 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
     TCG) at boot, and the guest runs the very image CN runs."""
     import docker
 
-    from dlvirt import docker_engine, engines
+    from dlvirt.system import docker_engine
+
+    from dlvirt.system import engines
 
     tar = work / "cn-image.tar"
     client = docker_engine.connect(engine_settings)
@@ -293,7 +295,7 @@ def build_for_workflow(variant: str, output_dir: Path, root: Path, cn_settings: 
                        cn_image: str | None) -> dict[str, Any]:
     """The workflow's build: the wheelhouse resolved from the lock as for the CN image (shared
     code, kept beside the guest images), Debian packages cached across variants, the host's mirror."""
-    from dlvirt import container_image
+    from dlvirt.platforms import container_image
 
     output_dir = Path(output_dir)
     context = output_dir.parent / "build-context"

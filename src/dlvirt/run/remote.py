@@ -31,8 +31,8 @@ from typing import IO, Any
 
 import dlvirt
 from dlvirt.apps.base import DATASET_INFO
-from dlvirt.atomic import read_json, write_json_atomic
-from dlvirt.runner import new_run_id, stop_on_sigterm
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.run.runner import new_run_id, stop_on_sigterm
 
 COMPLETE = ".dlvirt-complete"  # written last into a staged tree
 SKIP = ("__pycache__",)
@@ -163,7 +163,7 @@ class SshHost:
 def remote_facts(host: SshHost) -> dict[str, Any]:
     """The remote machine's host facts, measured there by the same code that writes results/host.json."""
     code = host.stage_code()
-    probe = "import json, sys; from dlvirt.hostinfo import facts; json.dump(facts(), sys.stdout)"
+    probe = "import json, sys; from dlvirt.system.hostinfo import facts; json.dump(facts(), sys.stdout)"
     facts: dict[str, Any] = json.loads(host.run(host.python_command(code, f"-c {shlex.quote(probe)}")))
     facts["site"] = host.describe()
     return facts

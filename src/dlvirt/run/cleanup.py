@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlvirt import cgroups, engines
+from dlvirt.system import cgroups
+
+from dlvirt.system import engines
 
 PREFIX = "dlvirt-"
 
@@ -47,7 +49,7 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
     Docker engine and the one ``settings`` (platforms.CN) selects, when they answer."""
     import docker
 
-    from dlvirt import docker_engine
+    from dlvirt.system import docker_engine
 
     for url in sorted({docker_engine.OWN_URL, docker_engine.engine_url(settings)}):
         if not docker_engine.answers(url):
@@ -78,7 +80,7 @@ def _guest_owner(cmdline: list[str]) -> str | None:
 def remove_stale_guests() -> Iterator[str]:
     """Guests (libvirt domains, QEMU/Firecracker processes) and their disk folders named
     ``dlvirt-<run id>`` whose runner is gone. libvirtd is asked only when it answers already."""
-    from dlvirt import guest
+    from dlvirt.platforms import guest
     from dlvirt.platforms.vm import URI, libvirtd_answers, quiet_libvirt
 
     if libvirtd_answers():

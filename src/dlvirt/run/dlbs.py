@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt import observe
+from dlvirt.system import observe
 from dlvirt.apps.base import App
 
 LOG_NAME = "dlbs.log"

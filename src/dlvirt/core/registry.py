@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from dlvirt.core.errors import ConfigError
+
 
 def load_class(registry: dict[str, str], kind: str, name: str) -> Any:
-    from dlvirt.matrix import ConfigError
-
     if name not in registry:
         raise ConfigError(f"{kind} {name!r} is not implemented (known: {', '.join(sorted(registry))})")
     module, cls = registry[name].split(":")

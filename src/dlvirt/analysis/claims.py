@@ -21,11 +21,11 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.atomic import read_json, write_text_atomic
-from dlvirt.catalog import FIGURES
-from dlvirt.coverage import LOCAL_SITE, reasons
-from dlvirt.figures import emulated, with_site
-from dlvirt.stats import estimate
+from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.analysis.catalog import FIGURES
+from dlvirt.plan.leftout import LOCAL_SITE, reasons
+from dlvirt.analysis.figures import emulated, with_site
+from dlvirt.analysis.stats import estimate
 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
 VIRTUALISED = ("CN", "VM", "VMCN", "MVM")

@@ -1,7 +1,7 @@
 """Which Docker engine dlvirt talks to, and the dockerd it starts itself when none answers.
 
 Order: ``platforms.CN.engine.host``, else ``DOCKER_HOST``, else the default socket if it answers,
-else dlvirt's own dockerd (started through ``dlvirt.engines``). dlvirt's dockerd has its own
+else dlvirt's own dockerd (started through ``dlvirt.system.engines``). dlvirt's dockerd has its own
 data-root, exec-root, socket and (empty) config file, and runs with ``--iptables=false
 --bridge=none --ip-forward=false``: benchmark containers have no network, and the host's firewall,
 bridges and sysctls stay as they were.
@@ -20,7 +20,7 @@ import docker
 from docker.errors import DockerException
 from requests.exceptions import RequestException
 
-from dlvirt.engines import RUN_ROOT, Daemon, EngineError
+from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError
 
 DEFAULT_URL = "unix:///var/run/docker.sock"
 DAEMON_NAME = "dockerd"

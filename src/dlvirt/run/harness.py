@@ -1,6 +1,6 @@
 """The LoadGen harness: runs *inside* a platform and measures end-to-end inference.
 
-``python -m dlvirt.harness JOB.json OUT_DIR`` loads the app once, then runs each repetition as one
+``python -m dlvirt.run.harness JOB.json OUT_DIR`` loads the app once, then runs each repetition as one
 MLPerf LoadGen Offline test (PerformanceOnly). LoadGen issues the whole workload as one query; the
 pipeline reads and pre-processes samples on a worker pool sized to the cores the platform grants,
 overlapping inference, and post-processes each batch on its own thread before completing its samples
@@ -25,11 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt import dlbs, observe
+from dlvirt.run import dlbs
+
+from dlvirt.system import observe
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
-from dlvirt.atomic import write_json_atomic
-from dlvirt.hostinfo import package_versions
+from dlvirt.core.atomic import write_json_atomic
+from dlvirt.system.hostinfo import package_versions
 
 
 def plan_threads(policy: str, observed: dict[str, Any]) -> ThreadPlan:
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     entered_unix = time.time()
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m dlvirt.harness JOB.json OUT_DIR", file=sys.stderr)
+        print("usage: python -m dlvirt.run.harness JOB.json OUT_DIR", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text())
     out_dir = Path(argv[1])
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     observed = observe.observe()
     plan = plan_threads(job["threads"], observed)
     app = app_class(job["app"])(job["app_settings"], Path(job["dataset_dir"]), job["scenario"]["processor"], plan)
-    # tool dlbs: model-only batches (dlvirt.dlbs); a DLBS checkout's experimenter brings its own model
+    # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
     experimenter = job["tool"] == "dlbs" and dlbs.experimenter_model(job) is not None
     measure = dlbs.run_repetition if job["tool"] == "dlbs" else run_repetition
     load_start = time.perf_counter()

@@ -18,7 +18,7 @@ class FigureSpec:
     apps: tuple[str, ...]            # the per-app summaries it reads
     shows: str                       # what is plotted, for the report
     paper: str                       # what the paper reports in this figure
-    claims: tuple[str, ...] = ()     # ids in dlvirt.claims this figure bears on
+    claims: tuple[str, ...] = ()     # ids in dlvirt.analysis.claims this figure bears on
     notebook: str = ""               # notebooks/<notebook>.ipynb; defaults to the id
     parameters: dict[str, Any] = field(default_factory=dict)  # extra papermill parameters
     processors: tuple[str, ...] = ("CPU", "GPU")  # which rows the report's reading counts

@@ -16,11 +16,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from dlvirt.atomic import write_json_atomic
-from dlvirt.hostinfo import capabilities, node_identity, slurm_allocation
+from dlvirt.core.atomic import write_json_atomic
+from dlvirt.system.hostinfo import capabilities, node_identity, slurm_allocation
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, verify
-from dlvirt.scenario import Scenario
+from dlvirt.core.scenario import Scenario
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

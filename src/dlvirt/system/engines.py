@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dlvirt.atomic import read_json, write_json_atomic
+from dlvirt.core.atomic import read_json, write_json_atomic
 
 RUN_ROOT = Path("/run/dlvirt")
 DAEMON_STATE = "daemon.json"

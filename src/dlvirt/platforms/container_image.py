@@ -28,9 +28,9 @@ from typing import Any
 
 from docker.errors import ImageNotFound
 
-from dlvirt import docker_engine
-from dlvirt.atomic import write_json_atomic
-from dlvirt.engines import EngineError, locked
+from dlvirt.system import docker_engine
+from dlvirt.core.atomic import write_json_atomic
+from dlvirt.system.engines import EngineError, locked
 
 DOCKERFILE = "envs/cn.Dockerfile"
 REQUIREMENTS = "envs/requirements.txt"

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlvirt import cgroups
+from dlvirt.system import cgroups
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _os_release() -> str:
 
 
 def write_facts(path: Path) -> None:
-    from dlvirt.atomic import write_json_atomic
+    from dlvirt.core.atomic import write_json_atomic
 
     write_json_atomic(path, facts())
 

@@ -1,0 +1,1 @@
+"""Analysis: run records → summaries, statistics, tables, claims, report; plotting on top."""

@@ -1,0 +1,1 @@
+"""Planning: config → scenarios → jobs, and the left-out entries with their reasons."""

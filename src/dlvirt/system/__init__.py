@@ -1,0 +1,1 @@
+"""What the host is and how dlvirt controls it: host facts, cgroups, observation from inside, engine daemons."""
