@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, tool_env
-from dlvirt.analysis import figures
+from dlvirt.analysis import figures, rows
 from dlvirt.analysis.catalog import FIGURES
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -89,10 +89,10 @@ def test_missing_panels_say_why():
 
 
 def test_edge_rows_only_in_the_edge_figure():
-    frame = figures.load_summaries([SUMMARIES / "full.csv"])
-    assert set(figures.edge_sites(frame)["site"]) == {"rpi4"}
-    assert set(figures.main_site(frame)["site"]) == {"local"}
-    partial = figures.load_summaries(SUMMARIES / "partial.csv")  # written before the site column existed
+    frame = rows.load_summaries([SUMMARIES / "full.csv"])
+    assert set(rows.edge_sites(frame)["site"]) == {"rpi4"}
+    assert set(rows.main_site(frame)["site"]) == {"local"}
+    partial = rows.load_summaries(SUMMARIES / "partial.csv")  # written before the site column existed
     assert set(partial["site"]) == {"local"}
     edge = figures.edge_figure(SUMMARIES / "full.csv")
     assert [ax.get_title() for ax in edge.axes] == ["edge host rpi4: 4 cores, vanilla, CPU"]
@@ -100,10 +100,18 @@ def test_edge_rows_only_in_the_edge_figure():
 
 
 def test_normalised_to_bm_or_to_the_fastest():
-    frame = figures.load_summaries(SUMMARIES / "full.csv")
-    rows = figures.select(figures.main_site(frame), tool="mlperf", cores=4, pinning="VNL", processor="CPU")
-    norm, reference = figures.normalised(rows, "app")
+    frame = rows.load_summaries(SUMMARIES / "full.csv")
+    chosen = rows.select(rows.main_site(frame), tool="mlperf", cores=4, pinning="VNL", processor="CPU")
+    norm, reference = rows.normalised(chosen, "app")
     assert set(reference.values()) == {"BM"}
     assert norm[norm["platform"] == "BM"]["norm"].tolist() == pytest.approx([1.0] * 4)
-    _, without_bm = figures.normalised(rows[rows["platform"] != "BM"], "app")
+    _, without_bm = rows.normalised(chosen[chosen["platform"] != "BM"], "app")
     assert set(without_bm.values()) == {"fastest"}
+
+
+def test_row_selection_needs_no_plotting():
+    """Claims and the report filter rows without matplotlib (plotting sits on top of ``rows``)."""
+    code = ("import sys, dlvirt.analysis.claims, dlvirt.analysis.report, dlvirt.analysis.tables; "
+            "print(sorted(m for m in ('matplotlib', 'seaborn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=tool_env())
+    assert out.stdout.strip() == "[]"

@@ -24,7 +24,7 @@ import pandas as pd
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.analysis.catalog import FIGURES
 from dlvirt.plan.leftout import LOCAL_SITE, reasons
-from dlvirt.analysis.figures import emulated, with_site
+from dlvirt.analysis.rows import emulated, with_site
 from dlvirt.analysis.stats import estimate
 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"

@@ -18,7 +18,7 @@ import pandas as pd
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.analysis.catalog import BY_ID, FigureSpec
 from dlvirt.plan.leftout import reasons
-from dlvirt.analysis.figures import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
+from dlvirt.analysis.rows import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
 

@@ -1,0 +1,111 @@
+"""Which summary rows a figure, table, claim or report sentence is about: loading the summaries,
+filtering them by site and columns, and the derived quantities (normalised times, phase shares)
+that the plots and the texts share. Free of plotting: claims and the report import it without
+matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlvirt.plan.leftout import LOCAL_SITE
+
+PLATFORM_ORDER = ["BM", "CN", "VM", "VMCN", "MVM"]
+PHASES = {"pre_s": "pre-processing", "infer_s": "inference", "post_s": "post-processing"}
+SITE = "site"        # which host measured a row: absent or "local" = the main host
+BOOT = "boot_s"      # mean platform boot time of a row, where the platform boots (VM, MVM, VMCN)
+
+
+def load_summary(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame()
+    return pd.read_csv(path)
+
+
+def load_summaries(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """Rows of every summary, with ``site`` filled in ("local" where the column is absent or empty)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    frames = [f for f in (load_summary(p) for p in paths) if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    return with_site(pd.concat(frames, ignore_index=True))
+
+
+def with_site(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``site`` filled in: "local" where the column is absent or empty."""
+    site = frame[SITE] if SITE in frame else pd.Series(LOCAL_SITE, index=frame.index, dtype=object)
+    return frame.assign(**{SITE: site.fillna(LOCAL_SITE).replace("", LOCAL_SITE).astype(str)})
+
+
+def main_site(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame if frame.empty else frame[frame[SITE] == LOCAL_SITE]
+
+
+def edge_sites(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame if frame.empty else frame[frame[SITE] != LOCAL_SITE]
+
+
+def select(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
+    """Rows whose columns equal the given values (a tuple/list value means any of them)."""
+    if frame.empty:
+        return frame
+    keep = pd.Series(True, index=frame.index)
+    for column, value in where.items():
+        if isinstance(value, (tuple, list)):
+            keep &= frame[column].isin(value)
+        else:
+            keep &= frame[column] == value
+    return frame[keep]
+
+
+def emulated(rows: pd.DataFrame) -> pd.Series:
+    return rows["accel"].astype(str).eq("tcg") if "accel" in rows else pd.Series(False, index=rows.index)
+
+
+def host_cores(host_json: str | Path | None) -> int | None:
+    if not host_json or not Path(host_json).exists():
+        return None
+    return int(json.loads(Path(host_json).read_text())["capabilities"]["cores"])
+
+
+def host_label(host_json: str | Path | None) -> str:
+    if not host_json or not Path(host_json).exists():
+        return ""
+    facts: dict[str, Any] = json.loads(Path(host_json).read_text())
+    caps = facts.get("capabilities", {})
+    return f"host: {facts.get('cpu_model', '?')}, {caps.get('cores', '?')} cores"
+
+
+def normalised(rows: pd.DataFrame, by: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Mean and CI divided per ``by`` group by BM's mean (or the group's fastest when BM is absent);
+    also the reference used per group."""
+    out = []
+    reference = {}
+    for key, group in rows.groupby(by, sort=False):
+        bm = group[group["platform"] == "BM"]
+        base = float(bm["mean_s"].iloc[0]) if not bm.empty else float(group["mean_s"].min())
+        reference[str(key)] = "BM" if not bm.empty else "fastest"
+        out.append(group.assign(norm=group["mean_s"] / base, norm_ci=group["ci95_s"] / base))
+    return (pd.concat(out) if out else rows.assign(norm=[], norm_ci=[])), reference
+
+
+def phase_shares(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each phase's share of the time spent in the phases (they overlap in the pipeline, so shares
+    of their sum, not of E2E)."""
+    total = rows[list(PHASES)].sum(axis=1)
+    return rows[list(PHASES)].div(total.where(total > 0), axis=0)
+
+
+def scenario_order(rows: pd.DataFrame) -> pd.DataFrame:
+    if rows.empty:
+        return rows
+    rank = {p: i for i, p in enumerate(PLATFORM_ORDER)}
+    return rows.assign(_p=rows["platform"].map(rank), _m=rows["pinning"].map({"VNL": 0, "PIN": 1})) \
+        .sort_values(["processor", "_p", "_m", "cores"]).drop(columns=["_p", "_m"])
