@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlvirt.analysis.claims import FAILS, HOLDS, UNTESTABLE, evaluate, write_claims
+from dlvirt.analysis.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate, write_claims
 from dlvirt.plan.leftout import Gap, reasons, study_gaps
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.plan.planner import expand
@@ -17,8 +17,8 @@ NO_GPU = [["BM/2/VNL/GPU", "no GPU on this host (nvidia-smi lists none)"]]
 
 
 def row(platform, cores, pinning="VNL", processor="CPU", app="ic", mean=10.0, ci=0.2, tool="mlperf",
-        accel=None, site="local", boot=math.nan):
-    return {"tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning,
+        accel=None, site="local", boot=math.nan, reps=5):
+    return {"reps": reps, "min_reps": reps, "tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning,
             "processor": processor, "scenario": f"{platform}/{cores}/{pinning}/{processor}", "mean_s": mean,
             "ci95_s": ci, "accel": accel or ("kvm" if platform in ("VM", "VMCN", "MVM") else "none"),
             "site": site, "boot_s": boot}
@@ -31,19 +31,26 @@ def verdict(rows, claim, host_cores=4, gaps=()):
 
 # -- pinning ------------------------------------------------------------------------------------------
 
+def pin_rows(cn_pin=9.0, ci=0.2, reps=5):
+    rows = [row(p, c, "VNL", mean=10, ci=ci, reps=reps) for p in ("BM", "CN") for c in (1, 2)]
+    rows += [row("BM", c, "PIN", mean=9, ci=ci, reps=reps) for c in (1, 2)]
+    return rows + [row("CN", c, "PIN", mean=cn_pin, ci=ci, reps=reps) for c in (1, 2)]
+
+
 def test_pinning_holds_when_pin_is_faster_on_every_platform():
-    rows = [row(p, c, "VNL", mean=10) for p in ("BM", "CN") for c in (1, 2)]
-    rows += [row(p, c, "PIN", mean=9) for p in ("BM", "CN") for c in (1, 2)]
-    got, evidence = verdict(rows, "pinning")
+    got, evidence = verdict(pin_rows(), "pinning")
     assert got == HOLDS
-    assert "BM: PIN significantly faster in 2 of 2 pairs" in evidence and "CN:" in evidence
+    assert "BM: PIN faster yes in 2, no in 0, undecided in 0 of 2 pairs" in evidence and "CN:" in evidence
+    assert "90 % CI" in evidence and "(n 5)" in evidence
 
 
-def test_pinning_does_not_hold_when_one_platform_shows_no_gain_beyond_the_ci():
-    rows = [row("BM", 1, "VNL", mean=10), row("BM", 1, "PIN", mean=9),
-            row("CN", 1, "VNL", mean=10, ci=1.0), row("CN", 1, "PIN", mean=9.5, ci=1.0)]
-    got, evidence = verdict(rows, "pinning")
-    assert got == FAILS and "CN: PIN significantly faster in 0 of 1 pairs" in evidence
+def test_pinning_does_not_hold_when_one_platform_shows_no_gain():
+    got, evidence = verdict(pin_rows(cn_pin=10.05), "pinning")
+    assert got == FAILS and "CN: PIN faster yes in 0, no in 2" in evidence
+
+
+def test_pinning_is_inconclusive_when_the_intervals_are_wide():
+    assert verdict(pin_rows(ci=2.0), "pinning")[0] == INCONCLUSIVE
 
 
 def test_pinning_ignores_full_host_pairs_and_emulated_rows():
@@ -61,36 +68,60 @@ def test_rows_without_ci_cannot_decide():
 
 # -- CN overhead and CHR ------------------------------------------------------------------------------
 
+def chr_rows(cn_low=30.0, ci=0.2):
+    return [row("BM", 1, mean=20, ci=ci), row("CN", 1, mean=cn_low, ci=ci), row("BM", 4, mean=8, ci=ci),
+            row("CN", 4, mean=8.2, ci=ci)]
+
+
 def test_cn_overhead_grows_as_chr_falls():
-    rows = [row("BM", 1, mean=20), row("CN", 1, mean=30), row("BM", 4, mean=8), row("CN", 4, mean=8.2)]
-    got, evidence = verdict(rows, "cn_overhead_chr")
+    got, evidence = verdict(chr_rows(), "cn_overhead_chr")
     assert got == HOLDS and "CHR" in evidence
 
 
 def test_cn_overhead_flat_does_not_hold():
-    rows = [row("BM", 1, mean=20), row("CN", 1, mean=21), row("BM", 4, mean=8), row("CN", 4, mean=8.4)]
-    assert verdict(rows, "cn_overhead_chr")[0] == FAILS
+    assert verdict(chr_rows(cn_low=20.5), "cn_overhead_chr")[0] == FAILS
+
+
+def test_cn_overhead_wide_intervals_are_inconclusive():
+    assert verdict(chr_rows(cn_low=22, ci=3.0), "cn_overhead_chr")[0] == INCONCLUSIVE
+
+
+def test_cn_overhead_needs_two_core_levels():
+    assert verdict(chr_rows()[:2], "cn_overhead_chr")[0] == UNTESTABLE
 
 
 # -- scale-up -----------------------------------------------------------------------------------------
 
-def test_scale_up_stops_paying_when_the_last_step_gains_nothing():
-    rows = [row("BM", 1, mean=20), row("BM", 2, mean=12), row("BM", 4, mean=11.9)]
-    got, evidence = verdict(rows, "scale_up_limit")
-    assert got == HOLDS and "1 of 1 lines" in evidence
+def scale_rows(last=11.9, ci=0.2, reps=5):
+    return [row("BM", 1, mean=20, ci=ci, reps=reps), row("BM", 2, mean=12, ci=ci, reps=reps),
+            row("BM", 4, mean=last, ci=ci, reps=reps)]
+
+
+def test_scale_up_stops_paying_when_the_last_step_gains_less_than_the_margin():
+    got, evidence = verdict(scale_rows(), "scale_up_limit")
+    assert got == HOLDS and "yes in 1, no in 0, undecided in 0 of 1 lines" in evidence
 
 
 def test_scale_up_still_paying_does_not_hold():
-    rows = [row("BM", 1, mean=20), row("BM", 2, mean=12), row("BM", 4, mean=7)]
-    assert verdict(rows, "scale_up_limit")[0] == FAILS
+    assert verdict(scale_rows(last=7), "scale_up_limit")[0] == FAILS
+
+
+def test_scale_up_with_wide_intervals_is_inconclusive_not_holds():
+    # no significant gain, but no evidence that the gain is small either: absence of evidence
+    assert verdict(scale_rows(last=11.0, ci=3.0), "scale_up_limit")[0] == INCONCLUSIVE
+
+
+def test_scale_up_needs_two_levels():
+    assert verdict(scale_rows()[:1], "scale_up_limit")[0] == UNTESTABLE
 
 
 # -- GPU ----------------------------------------------------------------------------------------------
 
-def gpu_rows(nlp_gpu):
+def gpu_rows(nlp_gpu, ci=0.2):
     rows = []
     for app, cpu, gpu in (("nlp", 100, nlp_gpu), ("ic", 30, 20), ("rs", 12, 10)):
-        rows += [row("BM", 2, app=app, mean=cpu), row("BM", 2, app=app, processor="GPU", mean=gpu)]
+        rows += [row("BM", 2, app=app, mean=cpu, ci=ci),
+                 row("BM", 2, app=app, processor="GPU", mean=gpu, ci=ci * gpu / cpu)]
     return rows
 
 
@@ -102,6 +133,10 @@ def test_gpu_speedup_under_3x_for_nlp_does_not_hold():
     assert verdict(gpu_rows(nlp_gpu=50), "gpu_speedup")[0] == FAILS
 
 
+def test_gpu_speedup_near_3x_with_wide_intervals_is_inconclusive():
+    assert verdict(gpu_rows(nlp_gpu=31, ci=20), "gpu_speedup")[0] == INCONCLUSIVE
+
+
 def test_gpu_claim_without_gpu_says_why():
     rows = [r for r in gpu_rows(nlp_gpu=20) if r["processor"] == "CPU"]
     got, evidence = verdict(rows, "gpu_speedup", gaps=NO_GPU)
@@ -110,22 +145,33 @@ def test_gpu_claim_without_gpu_says_why():
 
 # -- MVM ----------------------------------------------------------------------------------------------
 
-def mvm_rows(mvm_boot=1.0, nlp_mvm=14.0):
+def mvm_rows(mvm_boot=1.0, nlp_mvm=14.0, ic_mvm=10.2, ci=0.2, reps=5, vmm=None):
     rows = []
-    for app, mvm in (("ic", 10.2), ("sr", 20.1), ("nlp", nlp_mvm)):
+    for app, mvm in (("ic", ic_mvm), ("sr", 20.1), ("nlp", nlp_mvm)):
         vm = {"ic": 10.0, "sr": 20.0, "nlp": 12.0}[app]
-        rows += [row("VM", 2, app=app, mean=vm, boot=8.0 + len(app) * 0.1),
-                 row("MVM", 2, app=app, mean=mvm, boot=mvm_boot + len(app) * 0.05)]
+        rows += [row("VM", 2, app=app, mean=vm, boot=8.0 + len(app) * 0.1, ci=ci, reps=reps),
+                 {**row("MVM", 2, app=app, mean=mvm, boot=mvm_boot + len(app) * 0.05, ci=ci, reps=reps),
+                  "vmm": vmm}]
     return rows
 
 
-def test_mvm_like_vm_except_nlp_and_boots_faster():
-    got, evidence = verdict(mvm_rows(), "mvm_like_vm")
+def test_mvm_like_vm_within_2_percent_with_tight_intervals_holds():
+    got, evidence = verdict(mvm_rows(), "mvm_like_vm")   # IC +2 %, SR +0.5 %: inside the 5 % margin
     assert got == HOLDS, evidence
+    assert "TOST" in evidence and "±5%" in evidence
+
+
+def test_mvm_10_percent_off_vm_does_not_hold():
+    got, evidence = verdict(mvm_rows(ic_mvm=11.0), "mvm_like_vm")
+    assert got == FAILS and "IC 2 cores +10.0%" in evidence
 
 
 def test_mvm_booting_slower_does_not_hold():
     assert verdict(mvm_rows(mvm_boot=12.0), "mvm_like_vm")[0] == FAILS
+
+
+def test_mvm_like_vm_with_wide_intervals_is_inconclusive():
+    assert verdict(mvm_rows(ci=1.0), "mvm_like_vm")[0] == INCONCLUSIVE
 
 
 def test_mvm_without_boot_times_is_not_testable():
@@ -134,24 +180,72 @@ def test_mvm_without_boot_times_is_not_testable():
     assert got == UNTESTABLE and "boot times" in evidence
 
 
+def test_mvm_rows_are_split_by_vmm():
+    rows = mvm_rows(vmm="qemu-microvm") + [
+        {**r, "vmm": "firecracker", "mean_s": r["mean_s"] * 1.2} for r in mvm_rows() if r["platform"] == "MVM"]
+    got, evidence = verdict(rows, "mvm_like_vm")
+    assert got == FAILS
+    assert "MVM(qemu-microvm) like VM" in evidence and "MVM(firecracker) like VM" in evidence
+
+
 # -- no idle cores (Fig. 9) and CHR = 1 ---------------------------------------------------------------
 
-def idle_rows(vm_full):
-    return [row("BM", 2, mean=10), row("VM", 2, mean=11), row("BM", 4, mean=6), row("VM", 4, mean=vm_full)]
+def idle_rows(vm_full, ci=0.2, reps=5):
+    return [row("BM", 2, mean=10, ci=ci, reps=reps), row("VM", 2, mean=11, ci=ci, reps=reps),
+            row("BM", 4, mean=6, ci=ci, reps=reps), row("VM", 4, mean=vm_full, ci=ci, reps=reps)]
 
 
 def test_overhead_grows_without_idle_host_cores():
     assert verdict(idle_rows(vm_full=9.0), "no_idle_cores")[0] == HOLDS
     assert verdict(idle_rows(vm_full=6.6), "no_idle_cores")[0] == FAILS
+    assert verdict(idle_rows(vm_full=7.0, ci=2.0), "no_idle_cores")[0] == INCONCLUSIVE
+    assert verdict(idle_rows(vm_full=9.0)[:2], "no_idle_cores")[0] == UNTESTABLE
+
+
+def chr1_rows(vm=8.0, ci=0.2):
+    return [row("BM", 4, mean=6, ci=ci), row("CN", 4, mean=6.2, ci=ci), row("VM", 4, mean=vm, ci=ci),
+            row("BM", 4, mean=60, site="rpi4"), row("CN", 4, mean=61, site="rpi4"), row("VMCN", 4, mean=70, site="rpi4")]
 
 
 def test_cn_cheapest_at_chr1_on_the_main_host_and_an_edge_host():
-    rows = [row("BM", 4, mean=6), row("CN", 4, mean=6.2), row("VM", 4, mean=8),
-            row("BM", 4, mean=60, site="rpi4"), row("CN", 4, mean=61, site="rpi4"), row("VMCN", 4, mean=70, site="rpi4")]
-    got, evidence = verdict(rows, "cn_cheapest_chr1")
+    got, evidence = verdict(chr1_rows(), "cn_cheapest_chr1")
     assert got == HOLDS and "edge rpi4" in evidence and "main host" in evidence
-    rows[2]["mean_s"] = 5.0  # VM cheaper than CN on the main host
-    assert verdict(rows, "cn_cheapest_chr1")[0] == FAILS
+    assert verdict(chr1_rows(vm=5.0), "cn_cheapest_chr1")[0] == FAILS  # VM cheaper than CN on the main host
+    assert verdict(chr1_rows(vm=6.3, ci=1.0), "cn_cheapest_chr1")[0] == INCONCLUSIVE
+    assert verdict(chr1_rows()[:2], "cn_cheapest_chr1", host_cores=4)[0] == UNTESTABLE
+
+
+# -- what counts as evidence --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("claim, rows", [
+    ("scale_up_limit", scale_rows(last=11.0, ci=3.0, reps=2)),
+    ("mvm_like_vm", mvm_rows(ci=2.0, reps=2)),
+    ("no_idle_cores", idle_rows(vm_full=7.0, ci=2.0, reps=2)),
+])
+def test_two_repetitions_with_wide_intervals_are_inconclusive_never_holds(claim, rows):
+    got, evidence = verdict(rows, claim)
+    assert got == INCONCLUSIVE, evidence
+    assert "fewer than 3 repetitions" in evidence
+
+
+def test_two_repetitions_are_not_evidence_even_with_tight_intervals():
+    assert verdict(scale_rows(reps=2), "scale_up_limit")[0] == INCONCLUSIVE
+
+
+def test_a_small_model_or_an_invalid_run_is_not_evidence():
+    small = [{**r, "model": "BERT-tiny", "reference_model": False} for r in scale_rows()]
+    got, evidence = verdict(small, "scale_up_limit")
+    assert got == INCONCLUSIVE and "BERT-tiny is not the reference size" in evidence
+    invalid = [{**r, "loadgen_valid": False} for r in scale_rows()]
+    got, evidence = verdict(invalid, "scale_up_limit")
+    assert got == INCONCLUSIVE and "LoadGen INVALID" in evidence
+
+
+def test_the_margin_is_a_setting():
+    rows = mvm_rows(ic_mvm=10.7)  # +7 %
+    assert evaluate(pd.DataFrame(rows), 4, [], margin=0.05).set_index("id").loc["mvm_like_vm", "verdict"] == FAILS
+    table = evaluate(pd.DataFrame(rows), 4, [], margin=0.10).set_index("id")
+    assert table.loc["mvm_like_vm", "verdict"] == HOLDS and "±10%" in table.loc["mvm_like_vm", "test"]
 
 
 # -- the whole table ----------------------------------------------------------------------------------

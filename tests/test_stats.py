@@ -5,7 +5,7 @@ import pytest
 from dlvirt.analysis.stats import drop_outliers, estimate
 
 
-def test_outlier_beyond_three_sigma_is_removed_and_counted():
+def test_outlier_is_removed_and_counted():
     values = [1.0] * 30 + [1.1] * 30 + [50.0]
     kept, removed = drop_outliers(values)
     assert removed == 1
@@ -13,6 +13,20 @@ def test_outlier_beyond_three_sigma_is_removed_and_counted():
     est = estimate(values)
     assert est.outliers == 1 and est.n == 60
     assert est.mean == pytest.approx(1.05)
+
+
+def test_outliers_are_found_at_small_n():
+    # a 3-sigma rule cannot flag anything below n = 11 ((n-1)/sqrt(n) < 3); the modified z-score can
+    assert drop_outliers([10.0, 10.1, 14.0])[1] == 1
+    assert drop_outliers([10.0, 10.1, 9.9, 10.05, 20.0])[1] == 1
+    assert drop_outliers([10.0, 10.1, 9.9, 10.05, 10.2])[1] == 0
+    assert drop_outliers([10.0, 14.0])[1] == 0           # two values: nothing to tell which is odd
+    assert drop_outliers([5.0, 5.0, 5.0, 5.0])[1] == 0   # no spread
+
+
+def test_median_and_iqr():
+    est = estimate([1.0, 2.0, 3.0, 4.0])
+    assert est.median == pytest.approx(2.5) and est.iqr == pytest.approx(1.5)
 
 
 def test_student_t_interval_matches_textbook_value():
@@ -32,20 +46,51 @@ def test_empty_is_an_error():
         estimate([])
 
 
+def run(e2e, pre=0.5):
+    return {"e2e_s": e2e, "phases": {"pre_s": pre, "infer_s": e2e, "post_s": 0.0}, "samples": 10,
+            "samples_per_s": 10 / e2e, "loadgen": {"validity": "VALID"},
+            "threads": {"policy": "granted", "intra_op": 2}}
+
+
+def launch(runs, platform="BM", **facts):
+    return {"tool": "mlperf", "app": "ic", "scenario_name": f"{platform}/2/VNL/CPU",
+            "scenario": {"platform": platform, "cores": 2, "pinning": "VNL", "processor": "CPU"},
+            "runs": runs, "platform": {"accel": "none", **facts}, "dataset": {"source": "synthetic"},
+            "model": {"model": "ResNet50", "weights": "random"}, "host": "h"}
+
+
 def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
-    from dlvirt.analysis.aggregate import summarise_result
+    from dlvirt.analysis.aggregate import summarise_launches
 
-    def run(e2e, pre):
-        return {"e2e_s": e2e, "phases": {"pre_s": pre, "infer_s": e2e, "post_s": 0.0}, "samples": 10,
-                "samples_per_s": 10 / e2e, "loadgen": {"validity": "VALID"},
-                "threads": {"policy": "granted", "intra_op": 2}}
-
-    result = {"tool": "mlperf", "app": "ic", "scenario_name": "BM/2/PIN/CPU",
-              "scenario": {"platform": "BM", "cores": 2, "pinning": "PIN", "processor": "CPU"},
-              "runs": [run(1.0, 0.5)] * 30 + [run(1.1, 0.5)] * 30 + [run(50.0, 40.0)],
-              "platform": {"accel": "none"}, "dataset": {"source": "synthetic"}, "model": {"weights": "random"},
-              "host": "h"}
-    row = summarise_result(result)
-    assert row["outliers"] == 1 and row["reps"] == 60
+    row = summarise_launches([launch([run(1.0)] * 30 + [run(1.1)] * 30 + [run(50.0, 40.0)])])
+    assert row["outliers"] == 1 and row["reps"] == 60 and row["replicates"] == 1
+    assert row["ci_unit"] == "repetition" and row["ci_n"] == 60
     assert row["pre_s"] == pytest.approx(0.5) and row["infer_s"] == pytest.approx(1.05)
-    assert row["loadgen_valid"] is True
+    assert row["median_s"] == pytest.approx(1.05) and row["iqr_s"] == pytest.approx(0.1)
+    assert row["loadgen_valid"] is True and row["model"] == "ResNet50" and row["reference_model"] is True
+
+
+def test_replicates_are_the_unit_of_the_interval():
+    from dlvirt.analysis.aggregate import summarise_launches
+
+    launches = [launch([run(v), run(v + 0.01), run(v - 0.01)]) for v in (1.0, 1.2, 1.1)]
+    row = summarise_launches(launches)
+    assert row["replicates"] == 3 and row["reps"] == 9 and row["min_reps"] == 3
+    assert row["ci_unit"] == "replicate" and row["ci_n"] == 3
+    assert row["mean_s"] == pytest.approx(1.1)
+    assert row["between_sd_s"] == pytest.approx(0.1) and row["std_s"] == pytest.approx(0.1)
+    assert row["ci95_s"] == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+
+
+def test_summary_splits_mvm_rows_by_vmm(tmp_path):
+    import json
+
+    from dlvirt.analysis.aggregate import summarise
+
+    paths = []
+    for i, vmm in enumerate(["qemu-microvm", "firecracker", "qemu-microvm"]):
+        path = tmp_path / f"{i}.json"
+        path.write_text(json.dumps(launch([run(1.0), run(1.1), run(1.05)], platform="MVM", vmm=vmm)))
+        paths.append(path)
+    frame = summarise(paths).set_index("vmm")
+    assert frame.loc["qemu-microvm", "replicates"] == 2 and frame.loc["firecracker", "replicates"] == 1

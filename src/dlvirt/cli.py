@@ -148,7 +148,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 def _cmd_claims(args: argparse.Namespace) -> int:
     from dlvirt.analysis.claims import write_claims
 
-    table = write_claims(Path(args.summary), Path(args.host), Path(args.plan), Path(args.output))
+    table = write_claims(Path(args.summary), Path(args.host), Path(args.plan), Path(args.output), args.margin)
     for row in table.itertuples():
         print(f"{row.id}: {row.verdict}")
     return 0
@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summary", required=True)
     p.add_argument("--host", required=True)
     p.add_argument("--plan", required=True)
+    p.add_argument("--margin", type=float, default=None,
+                   help="relative equivalence margin of the tests (config claims.equivalence_margin; default 0.05)")
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_claims)
 

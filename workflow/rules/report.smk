@@ -37,13 +37,15 @@ rule claims:
         plan="results/plan.json",
     output:
         "results/claims.csv",
+    params:
+        margin=config["claims"]["equivalence_margin"],
     log:
         "results/logs/report/claims.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "python -m dlvirt claims --summary {input.summary} --host {input.host} --plan {input.plan}"
-        " --output {output} > {log} 2>&1"
+        " --margin {params.margin} --output {output} > {log} 2>&1"
 
 
 rule report:

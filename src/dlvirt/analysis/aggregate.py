@@ -1,8 +1,9 @@
 """Turn per-job result files into summary tables (one row per tool × app × scenario × site).
 
-A row's repetitions all come from one job, hence one machine. Rows of one site measured on
-different hardware (a cluster's mixed nodes) are compared, never pooled, so every row names its
-node and hardware, and summarising warns when one site's rows span several kinds of hardware.
+A row's launches (replicates) all come from one site, each from one job on one machine. Rows of
+one site measured on different hardware (a cluster's mixed nodes) are compared, never pooled, so
+every row names its hardware (launches on several kinds: all of them), and summarising warns when
+one site's rows span several kinds of hardware.
 """
 
 from __future__ import annotations
@@ -21,52 +22,92 @@ from dlvirt.analysis.stats import estimate, inliers
 
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
-    "scenario", "reps", "outliers", "mean_s", "ci95_s", "std_s", "pre_s", "infer_s", "post_s",
-    "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
-    "dataset_source", "weights", "host", "hardware",
+    "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "mean_s", "ci95_s", "ci_n", "ci_unit",
+    "std_s", "between_sd_s", "median_s", "iqr_s", "pre_s", "infer_s", "post_s", "samples", "samples_per_s",
+    "loadgen_valid", "accel", "boot_s", "threads_policy", "threads", "dataset_source", "model", "reference_model",
+    "weights", "host", "hardware",
 ]
 
 
-def summarise_result(result: dict[str, Any]) -> dict[str, Any]:
+def kept_runs(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The launch's repetitions without its outliers (the rule of ``dlvirt.analysis.stats``)."""
     e2e = [r["e2e_s"] for r in result["runs"]]
-    est = estimate(e2e)
-    # phases and rates come from the same repetitions as mean_s: outliers dropped from all of them
-    runs = [r for r, keep in zip(result["runs"], inliers(e2e), strict=True) if keep]
-    scenario = result["scenario"]
+    return [r for r, keep in zip(result["runs"], inliers(e2e), strict=True) if keep]
+
+
+def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary row from the launches (replicates) of one tool × app × scenario × site × VMM.
+
+    The statistical unit is the launch: with two or more, ``mean_s`` and ``ci95_s`` are the mean and
+    95 % Student-t half-width of the launch means (n = replicates), so the interval covers what
+    differs between launches (boot, placement, machine drift), not only the noise within one. With
+    one launch they fall back to its repetitions (``ci_unit`` says which). Outliers are dropped
+    within each launch, from every column."""
+    first = results[0]
+    per_launch = [kept_runs(result) for result in results]
+    runs = [r for kept in per_launch for r in kept]
+    e2e = [r["e2e_s"] for r in runs]
+    launch_means = [float(np.mean([r["e2e_s"] for r in kept])) for kept in per_launch]
+    if len(results) >= 2:
+        est, unit = estimate(launch_means, drop=False), "replicate"
+    else:
+        est, unit = estimate(e2e, drop=False), "repetition"
+    pooled = estimate(e2e, drop=False)
+    scenario = first["scenario"]
 
     def phase(name: str) -> float:
         # a DLBS (model-only) run has the inference phase only: NaN for the others
         return float(np.mean([r["phases"].get(name, np.nan) for r in runs]))
 
-    validity = {r.get("loadgen", {}).get("validity") for r in result["runs"]}  # every run must be valid
+    every_run = [r for result in results for r in result["runs"]]
+    validity = {r.get("loadgen", {}).get("validity") for r in every_run}  # every run must be valid
+    boots = [result["platform"]["boot_s"] for result in results if result["platform"].get("boot_s") is not None]
     return {
-        "tool": result["tool"],
-        "app": result["app"],
+        "tool": first["tool"],
+        "app": first["app"],
         **{k: scenario[k] for k in ("platform", "cores", "pinning", "processor")},
-        "scenario": result["scenario_name"],
-        "reps": est.n,
-        "outliers": est.outliers,
+        "scenario": first["scenario_name"],
+        "vmm": first["platform"].get("vmm"),
+        "replicates": len(results),
+        "reps": len(runs),
+        "min_reps": min(len(kept) for kept in per_launch),
+        "outliers": len(every_run) - len(runs),
         "mean_s": est.mean,
         "ci95_s": est.ci95,
+        "ci_n": est.n,
+        "ci_unit": unit,
         "std_s": est.std,
+        "between_sd_s": float(np.std(launch_means, ddof=1)) if len(results) >= 2 else np.nan,
+        "median_s": pooled.median,
+        "iqr_s": pooled.iqr,
         "pre_s": phase("pre_s"),
         "infer_s": phase("infer_s"),
         "post_s": phase("post_s"),
         "samples": int(np.mean([r["samples"] for r in runs])),
         "samples_per_s": float(np.mean([r["samples_per_s"] for r in runs])),
         "loadgen_valid": validity == {"VALID"} if "loadgen" in runs[0] else None,
-        "accel": result["platform"].get("accel", "none"),
+        "accel": first["platform"].get("accel", "none"),
         # what the guest took to boot (VM, MVM, VMCN record it; empty for platforms that do not boot)
-        "boot_s": result["platform"].get("boot_s"),
+        "boot_s": float(np.mean(boots)) if boots else None,
         "threads_policy": runs[0]["threads"]["policy"],
         "threads": runs[0]["threads"]["intra_op"],
-        "dataset_source": result["dataset"]["source"],
-        "weights": result["model"]["weights"],
-        "host": result["host"],
-        "site": result.get("site", LOCAL_SITE),
+        "dataset_source": first["dataset"]["source"],
+        "model": first["model"].get("model"),
+        # a smaller stand-in (BERT-tiny for BERT-large) says so; it is never evidence for a claim
+        "reference_model": bool(first["model"].get("mlperf_reference_size", True)),
+        "weights": first["model"]["weights"],
+        "host": first["host"],
+        "site": first.get("site", LOCAL_SITE),
         # results written before nodes were recorded say so rather than guess
-        "hardware": hardware_label(result["node"]) if "node" in result else "not recorded",
+        "hardware": " + ".join(sorted({hardware_label(r["node"]) if "node" in r else "not recorded" for r in results})),
     }
+
+
+def launch_key(result: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes launches replicates of one row (MVM's VMM too: QEMU's microvm is not Firecracker)."""
+    s = result["scenario"]
+    return (result["tool"], result["app"], s["platform"], s["cores"], s["pinning"], s["processor"],
+            result.get("site", LOCAL_SITE), result["platform"].get("vmm"))
 
 
 def mixed_hardware(frame: pd.DataFrame) -> list[str]:
@@ -81,7 +122,11 @@ def mixed_hardware(frame: pd.DataFrame) -> list[str]:
 
 
 def summarise(paths: list[Path]) -> pd.DataFrame:
-    rows = [summarise_result(read_json(p)) for p in paths]
+    launches: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for path in paths:
+        result = read_json(path)
+        launches.setdefault(launch_key(result), []).append(result)
+    rows = [summarise_launches(group) for group in launches.values()]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for line in mixed_hardware(frame):
         print(f"dlvirt: warning: {line}; compare these rows with care", file=sys.stderr)
