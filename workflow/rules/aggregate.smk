@@ -10,7 +10,7 @@ rule summarise_app:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt aggregate --output {output} {input} > {log} 2>&1"
+        "python -m dlvirt aggregate --output {output:q} {input:q} > {log:q} 2>&1"
 
 
 rule summary:
@@ -23,4 +23,4 @@ rule summary:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt concat --output {output} {input} > {log} 2>&1"
+        "python -m dlvirt concat --output {output:q} {input:q} > {log:q} 2>&1"

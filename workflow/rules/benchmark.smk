@@ -20,5 +20,5 @@ rule benchmark:
     conda:
         framework_env
     shell:
-        "python -m dlvirt bench --spec {params.spec} --output {output.run}"
-        " --loadgen-dir {output.loadgen} > {log} 2>&1"
+        "python -m dlvirt bench --spec {params.spec} --output {output.run:q}"
+        " --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"

@@ -18,6 +18,9 @@ from dlvirt.plan.leftout import APPS, TOOLS, study_gaps  # noqa: E402
 from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
+from dlvirt.plan.configcheck import check_inputs, check_schema, load_config_file  # noqa: E402
+from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
+from dlvirt.system.hostinfo import memory_bytes  # noqa: E402
 from dlvirt.plan.planner import expand as expand_plan  # noqa: E402
 
 # --config key=false arrives as a string; the schema wants booleans.
@@ -25,7 +28,18 @@ for _key in ("strict", "host_check", "allow_emulation"):
     if isinstance(config.get(_key), str) and config[_key].lower() in ("true", "false"):
         config[_key] = config[_key].lower() == "true"
 
-validate(config, "../schemas/config.schema.yaml")
+# Refused before any job is built, naming the file and line or the key (not the whole schema):
+# Snakemake parsed the config files already, but keeps the last of two equal keys; the schema
+# check is strict (16.0 is no integer, .nan no number); then what the schema cannot see (paths,
+# checksums, memory sizes). validate() then fills the defaults.
+try:
+    for _file in dict.fromkeys(map(str, workflow.configfiles)):
+        load_config_file(Path(_file))
+    check_schema(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+    validate(config, "../schemas/config.schema.yaml")
+    check_inputs(config, Path("resources/checksums.json"), memory_bytes() if config["host_check"] else None)
+except ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}") from None
 
 # On a cluster every job re-plans the study on the node it landed on: a host check there would
 # give each job a different plan. Clusters plan the matrix as declared; each job then checks its
@@ -215,7 +229,6 @@ def all_targets():
 # Guest images of VM, MVM and VMCN (rule guest_image, workflow/rules/guests.smk).
 GUEST_IMAGE_DIR = "resources/guest"
 GUEST_VARIANT = {"VM": "full", "MVM": "full", "VMCN": "docker"}
-GUEST_IMAGE_FILES = ("image.json", "rootfs.img", "vmlinuz", "initrd.img")
 # Jobs of a guest platform wait for its image, unless the config names an image of its own.
 for _platform, _variant in GUEST_VARIANT.items():
     if not config["platforms"][_platform].get("image_dir"):

@@ -10,8 +10,8 @@ rule dataset:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt dataset --app {wildcards.app} --settings {params.settings}"
-        " --output-dir {output} > {log} 2>&1"
+        "python -m dlvirt dataset --app {wildcards.app:q} --settings {params.settings}"
+        " --output-dir {output:q} > {log:q} 2>&1"
 
 
 # The real dataset, for users with network: fetched and checksum-verified by the app, never part
@@ -24,4 +24,4 @@ rule download_dataset:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt download --app {wildcards.app} --output-dir {output} > {log} 2>&1"
+        "python -m dlvirt download --app {wildcards.app:q} --output-dir {output:q} > {log:q} 2>&1"

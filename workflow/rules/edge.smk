@@ -26,7 +26,7 @@ checkpoint site_host_facts:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt site-facts --site {wildcards.site} --ssh {params.ssh} --output {output} > {log} 2>&1"
+        "python -m dlvirt site-facts --site {wildcards.site:q} --ssh {params.ssh} --output {output:q} > {log:q} 2>&1"
 
 
 rule site_benchmark:
@@ -45,5 +45,5 @@ rule site_benchmark:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt site-bench --site {wildcards.site} --ssh {params.ssh} --spec {params.spec}"
-        " --output {output.run} --loadgen-dir {output.loadgen} > {log} 2>&1"
+        "python -m dlvirt site-bench --site {wildcards.site:q} --ssh {params.ssh} --spec {params.spec}"
+        " --output {output.run:q} --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"

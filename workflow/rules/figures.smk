@@ -15,4 +15,4 @@ rule figure:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "papermill {input.notebook} {output.notebook} -y {params.parameters} > {log} 2>&1"
+        "papermill {input.notebook:q} {output.notebook:q} -y {params.parameters} > {log:q} 2>&1"

@@ -17,5 +17,5 @@ rule guest_image:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt guest-image --variant {wildcards.variant} --output-dir {params.out_dir}"
-        " --cn-settings {params.cn_settings} --cn-image '{params.cn_image}' > {log} 2>&1"
+        "python -m dlvirt guest-image --variant {wildcards.variant:q} --output-dir {params.out_dir:q}"
+        " --cn-settings {params.cn_settings} --cn-image {params.cn_image:q} > {log:q} 2>&1"

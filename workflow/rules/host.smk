@@ -6,4 +6,4 @@ rule host_facts:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt host --output {output} > {log} 2>&1"
+        "python -m dlvirt host --output {output:q} > {log:q} 2>&1"

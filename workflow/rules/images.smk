@@ -14,4 +14,4 @@ rule cn_image:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt image --settings {params.settings} --output {output} > {log} 2>&1"
+        "python -m dlvirt image --settings {params.settings} --output {output:q} > {log:q} 2>&1"

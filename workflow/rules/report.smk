@@ -10,7 +10,7 @@ rule study_plan:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt plan --config {params.config} --output {output} > {log} 2>&1"
+        "python -m dlvirt plan --config {params.config} --output {output:q} > {log:q} 2>&1"
 
 
 rule tables:
@@ -26,8 +26,8 @@ rule tables:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt tables --host {input.host} --plan {input.plan} --table1 {output.table1}"
-        " --table2 {output.table2} {input.runs} > {log} 2>&1"
+        "python -m dlvirt tables --host {input.host:q} --plan {input.plan:q} --table1 {output.table1:q}"
+        " --table2 {output.table2:q} {input.runs:q} > {log:q} 2>&1"
 
 
 rule claims:
@@ -44,8 +44,8 @@ rule claims:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt claims --summary {input.summary} --host {input.host} --plan {input.plan}"
-        " --margin {params.margin} --output {output} > {log} 2>&1"
+        "python -m dlvirt claims --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
+        " --margin {params.margin:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule report:
@@ -64,9 +64,9 @@ rule report:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt report --summary {input.summary} --host {input.host} --plan {input.plan}"
-        " --claims {input.claims} --table1 {input.table1} --table2 {input.table2}"
-        " --output {output} {input.figures} > {log} 2>&1"
+        "python -m dlvirt report --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
+        " --claims {input.claims:q} --table1 {input.table1:q} --table2 {input.table2:q}"
+        " --output {output:q} {input.figures:q} > {log:q} 2>&1"
 
 
 rule figures:

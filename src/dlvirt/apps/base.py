@@ -68,6 +68,8 @@ class App(ABC):
     model_name: ClassVar[str]
     framework: ClassVar[str]
     dataset_name: ClassVar[str]
+    dataset_index: ClassVar[str]  # the file a real dataset folder holds (apps.<app>.dataset.path)
+    dataset_may_be_file: ClassVar[bool] = False  # dataset.path may also name that file itself
     processors: ClassVar[tuple[str, ...]] = ("CPU", "GPU")
     why_no_gpu: ClassVar[str] = ""
 
@@ -95,12 +97,27 @@ class App(ABC):
         dataset = settings["dataset"]
         if dataset.get("path"):
             root = Path(dataset["path"]).resolve()
+            why = cls.dataset_path_problem(root)
+            if why:
+                raise AppError(f"apps.{cls.name}.dataset.path {root}: {why}")
             info = {"source": "real", "root": str(root), **cls.check_real_dataset(root, settings)}
         else:
             info = {"source": "synthetic", "root": None, "seed": dataset["seed"],
                     **cls.generate_dataset(out_dir, settings)}
         info.update({"app": cls.name, "dataset": cls.dataset_name})
         write_json_atomic(out_dir / DATASET_INFO, info)
+
+    @classmethod
+    def dataset_path_problem(cls, path: Path) -> str | None:
+        """What is wrong with a real dataset's path as far as planning can tell without reading
+        the data (None: nothing), so that a wrong path fails before any job is built."""
+        if not path.exists():
+            return "does not exist"
+        if path.is_dir():
+            return None if (path / cls.dataset_index).is_file() else f"has no {cls.dataset_index}"
+        if cls.dataset_may_be_file:
+            return None
+        return f"is a file, not a folder holding {cls.dataset_index}"
 
     @classmethod
     @abstractmethod

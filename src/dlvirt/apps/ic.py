@@ -66,6 +66,7 @@ class ImageClassification(App):
     model_name = "ResNet50"
     framework = "tensorflow"
     dataset_name = "ImageNet 2012 validation"
+    dataset_index = VAL_MAP
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:

@@ -91,6 +91,8 @@ class QuestionAnswering(App):
     model_name = "BERT-large"
     framework = "pytorch"
     dataset_name = "SQuAD v1.1 dev"
+    dataset_index = squad.SQUAD_DEV_FILE
+    dataset_may_be_file = True
 
     # -- dataset ------------------------------------------------------------------------------
     @classmethod

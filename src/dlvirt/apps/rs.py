@@ -227,6 +227,8 @@ class Recommendation(App):
     model_name = "DLRM"
     framework = "pytorch"
     dataset_name = "Criteo Kaggle Display Advertising Challenge"
+    dataset_index = DATA_FILE
+    dataset_may_be_file = True
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:

@@ -394,6 +394,7 @@ class SpeechRecognition(App):
     model_name = "RNN-T"
     framework = "pytorch"
     dataset_name = "LibriSpeech dev-clean"
+    dataset_index = MANIFEST
     processors = ("CPU",)
     why_no_gpu = "MLPerf's RNN-T reference runs on CPU only, as in the paper's Table I"
 

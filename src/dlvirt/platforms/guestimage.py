@@ -34,6 +34,7 @@ from typing import Any
 from dlvirt.core.atomic import write_json_atomic
 
 VARIANTS = ("probe", "full", "docker")
+IMAGE_FILES = ("image.json", "rootfs.img", "vmlinuz", "initrd.img")  # what an image directory holds
 DEFAULT_DIR = "resources/guest"  # <DEFAULT_DIR>/<variant>/, relative to the workflow directory
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

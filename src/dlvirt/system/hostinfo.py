@@ -124,7 +124,8 @@ def _sockets() -> int:
     return len(ids) or 1
 
 
-def _memory_bytes() -> int:
+def memory_bytes() -> int:
+    """This host's memory (MemTotal), in bytes."""
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024
@@ -162,7 +163,7 @@ def node_identity() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "logical_cpus_online": os.cpu_count(),
         "sockets": _sockets(),
-        "memory_bytes": _memory_bytes(),
+        "memory_bytes": memory_bytes(),
         "arch": uname.machine,
     }
 

@@ -1,0 +1,232 @@
+"""Refuse a bad config before any job is built, naming the file and line or the config key.
+
+Three stages, each a ``ConfigError``:
+- ``load_config_file``: the file itself (YAML syntax, duplicate keys, a top level that is not a
+  mapping), with file and line. Snakemake keeps the last of two equal keys, silently;
+- ``check_schema``: the JSON schema with the key path and a one-line hint instead of the whole
+  schema, integers that are integers (``16.0`` is not) and finite numbers (``.nan``/``.inf`` pass
+  every ``minimum``);
+- ``check_inputs``: what the schema cannot see: the files and folders the config names exist and
+  are the right kind, a weights file matches its checksum (cached by size and mtime), memory sizes
+  fit the host.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.errors import ConfigError
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (naming both lines)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise ConfigError(f"{key_node.start_mark.name}:{line}: key {key!r} given twice (first on line "
+                              f"{seen[key]}); YAML would silently keep only the last")
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """A config file (YAML or JSON) as a mapping; any problem is a ConfigError naming file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path}: cannot be read ({err})") from None
+    try:
+        loader = _StrictLoader(text)
+        loader.name = str(path)
+        try:
+            data = loader.get_single_data()  # type: ignore[no-untyped-call]
+        finally:
+            loader.dispose()  # type: ignore[no-untyped-call]
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        hint = " (tabs cannot indent YAML: use spaces)" if "\t" in text and "tab" in str(err).lower() else ""
+        raise ConfigError(f"{where}: not valid YAML: {err.problem or err.context}{hint}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping of config keys"
+        raise ConfigError(f"{path}:1: the config file is {kind} (expected keys such as study:, apps:)")
+    return data
+
+
+def _key(path: list[Any]) -> str:
+    """A JSON path as a config key: study.matrix[0].platforms[1]."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _is_integer(_checker: Any, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite_number(_checker: Any, value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_STRICT_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+    {"integer": _is_integer, "number": _is_finite_number})
+_StrictValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_STRICT_TYPES)
+
+
+def _known_keys(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    """The keys a schema object allows: its own properties and those of the $defs it includes."""
+    known = list(node.get("properties", {}))
+    for sub in node.get("allOf", []):
+        known += defs.get(sub.get("$ref", "").rsplit("/", 1)[-1], {}).get("properties", {})
+    return sorted(known)
+
+
+def _hint(error: jsonschema.ValidationError, defs: dict[str, Any]) -> str:
+    value = error.instance
+    if error.validator == "type" and isinstance(value, float) and not math.isfinite(value):
+        return "; numbers must be finite (no .nan, .inf)"
+    if error.validator == "type" and isinstance(value, float) and "integer" in str(error.validator_value):
+        return f"; write {int(value)}, not {value}" if value.is_integer() else "; a whole number is needed"
+    if error.validator in ("additionalProperties", "unevaluatedProperties"):
+        return f"; known keys here: {', '.join(_known_keys(error.schema, defs))}"
+    description = error.schema.get("description")
+    return f" ({' '.join(str(description).split())})" if description else ""
+
+
+def check_schema(config: dict[str, Any], schema_path: Path) -> None:
+    """The config against the schema, strictly typed; the first error as key: what (hint), not
+    the whole schema."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    defs = schema.get("$defs", {})
+    errors = list(_StrictValidator(schema).iter_errors(config))
+    if not errors:
+        return
+    error = jsonschema.exceptions.best_match(errors)
+    path = list(error.absolute_path)
+    what = error.message
+    if error.validator in ("additionalProperties", "unevaluatedProperties"):
+        unknown = [k for k in error.instance if k not in _known_keys(error.schema, defs)]
+        if unknown:
+            path.append(unknown[0])
+            what = f"unknown key ({what})"
+    raise ConfigError(f"{_key(path)}: {what}{_hint(error, defs)}")
+
+
+def _sha256_cached(path: Path, cache_file: Path | None) -> str:
+    """The file's sha256, recomputed only when its size or mtime changed since the cached one."""
+    from dlvirt.apps.base import sha256_file
+
+    stat = path.stat()
+    key = str(path.resolve())
+    cache: dict[str, Any] = {}
+    if cache_file is not None and cache_file.is_file():
+        try:
+            cache = read_json(cache_file)
+        except ValueError:
+            cache = {}
+    entry = cache.get(key)
+    if entry and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+        return str(entry["sha256"])
+    digest = sha256_file(path)
+    if cache_file is not None:
+        cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+        write_json_atomic(cache_file, cache)
+    return digest
+
+
+def _check_file_with_checksum(section: dict[str, Any], key: str, cache_file: Path | None) -> None:
+    path, want = section.get("path"), section.get("sha256")
+    if path is None:
+        if want:
+            raise ConfigError(f"{key}.sha256 is set but {key}.path is not: the checksum would check nothing")
+        return
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{key}.path {path}: {'is not a file' if file.exists() else 'does not exist'}")
+    if want:
+        got = _sha256_cached(file, cache_file)
+        if got != want:
+            raise ConfigError(f"{key}.path {path}: sha256 {got} does not match {key}.sha256 {want}")
+
+
+def _check_path(value: str | None, key: str, kind: str) -> None:
+    if value is None:
+        return
+    path = Path(value)
+    if not path.exists():
+        raise ConfigError(f"{key} {value}: does not exist")
+    if kind == "dir" and not path.is_dir():
+        raise ConfigError(f"{key} {value}: is not a folder")
+    if kind == "file" and not path.is_file():
+        raise ConfigError(f"{key} {value}: is not a file")
+
+
+def _planned_platforms(config: dict[str, Any]) -> set[str]:
+    return {p for block in config["study"]["matrix"] for p in block["platforms"]}
+
+
+def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_memory: int | None = None) -> None:
+    """Every path the config names (for the study's apps and planned platforms) exists and is the
+    right kind; weights and vocab match their checksums; memory sizes fit ``host_memory`` (bytes,
+    None = not checked: planning for another machine)."""
+    from dlvirt.apps import app_class
+    from dlvirt.platforms.cn import memory_bytes
+    from dlvirt.platforms.guestimage import IMAGE_FILES
+
+    for app in config["study"]["apps"]:
+        settings = config["apps"][app]
+        dataset = settings["dataset"].get("path")
+        if dataset is not None:
+            why = app_class(app).dataset_path_problem(Path(dataset))
+            if why:
+                raise ConfigError(f"apps.{app}.dataset.path {dataset}: {why}")
+        _check_file_with_checksum(settings.get("weights", {}), f"apps.{app}.weights", cache_file)
+        if "vocab" in settings:
+            _check_file_with_checksum(settings["vocab"], f"apps.{app}.vocab", cache_file)
+        bounds = settings["dataset"].get("lines_per_sample")
+        if bounds and bounds["min"] > bounds["max"]:
+            raise ConfigError(f"apps.{app}.dataset.lines_per_sample: min {bounds['min']} > max {bounds['max']}")
+    if "dlbs" in config["study"]["tools"]:
+        _check_path(config["dlbs"].get("path"), "dlbs.path", "dir")
+    platforms = _planned_platforms(config)
+    for name in sorted(platforms & {"VM", "MVM", "VMCN"}):
+        guest = config["platforms"][name]
+        image_dir = guest.get("image_dir")
+        _check_path(image_dir, f"platforms.{name}.image_dir", "dir")
+        if image_dir is not None:
+            replaced = {"vmlinuz": guest.get("kernel"), "initrd.img": guest.get("initrd")}
+            missing = [f for f in IMAGE_FILES if not replaced.get(f) and not (Path(image_dir) / f).is_file()]
+            if missing:
+                raise ConfigError(f"platforms.{name}.image_dir {image_dir}: lacks {', '.join(missing)}")
+        _check_path(guest.get("kernel"), f"platforms.{name}.kernel", "file")
+        _check_path(guest.get("initrd"), f"platforms.{name}.initrd", "file")
+    if "MVM" in platforms:
+        _check_path(config["platforms"]["MVM"].get("firecracker"), "platforms.MVM.firecracker", "file")
+    for site, host in config.get("hosts", {}).items():
+        _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file")
+        _check_path(host.get("known_hosts_file"), f"hosts.{site}.known_hosts_file", "file")
+    if host_memory:
+        sizes = {"platforms.CN.memory": ("CN", memory_bytes(config["platforms"]["CN"]["memory"])),
+                 "platforms.VMCN.container_memory": ("VMCN", memory_bytes(config["platforms"]["VMCN"]["container_memory"]))}
+        sizes.update({f"platforms.{p}.memory_mib": (p, config["platforms"][p]["memory_mib"] << 20)
+                      for p in ("VM", "MVM", "VMCN")})
+        for key, (platform, size) in sizes.items():
+            if platform in platforms and size > host_memory:
+                raise ConfigError(f"{key}: {size >> 20} MiB is more than this host's memory ({host_memory >> 20} MiB)")
