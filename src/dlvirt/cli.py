@@ -1,4 +1,8 @@
-"""Command line used by the workflow's rules: each rule is one ``python -m dlvirt <command>`` call."""
+"""Command line used by the workflow's rules: each rule is one ``python -m dlvirt <command>`` call.
+
+Known errors end in one line, ``dlvirt <command>: <what>``, naming the option, key or file, and
+exit 2 (bad input) or 1 (the run failed); an unexpected exception keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,65 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+EXIT_INPUT = 2  # bad arguments, config or input files (as argparse's own usage errors)
+EXIT_RUN = 1    # the run itself failed
+
+
+class UsageError(Exception):
+    """A command-line argument that cannot be used; the message names the option."""
+
+
+def _json_arg(args: argparse.Namespace, name: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON object given as option ``--<name>``, with the keys ``required``."""
+    option = "--" + name.replace("_", "-")
+    try:
+        value = json.loads(getattr(args, name))
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{option}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{option}: a JSON object is needed, not a JSON {type(value).__name__}")
+    missing = [key for key in required if key not in value]
+    if missing:
+        raise UsageError(f"{option}: lacks {', '.join(missing)}")
+    return value
+
+
+def _spec_arg(args: argparse.Namespace) -> dict[str, Any]:
+    from dlvirt.run.runner import spec_problem
+
+    spec = _json_arg(args, "spec")
+    why = spec_problem(spec)
+    if why:
+        raise UsageError(f"--spec: {why}")
+    return spec
+
+
+_SSH_KEYS = ("ssh", "workdir", "python")
+
+
+def _exit_code(err: Exception) -> int | None:
+    """The exit status of a known error, None for an unexpected one (which keeps its traceback)."""
+    from dlvirt.apps.base import AppError
+    from dlvirt.core.errors import ConfigError
+    from dlvirt.platforms.base import PlatformError
+    from dlvirt.platforms.guestimage import ImageError
+    from dlvirt.run.dlbs import DlbsError
+    from dlvirt.run.remote import RemoteError
+    from dlvirt.system.cgroups import CgroupError
+    from dlvirt.system.engines import EngineError
+
+    if isinstance(err, (UsageError, ConfigError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return EXIT_INPUT
+    if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
+        return EXIT_RUN
+    return None
+
+
+def _message(err: Exception) -> str:
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.filename}: {err.strerror}"
+    return str(err)
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
@@ -19,7 +82,7 @@ def _cmd_host(args: argparse.Namespace) -> int:
 def _cmd_dataset(args: argparse.Namespace) -> int:
     from dlvirt.apps import app_class
 
-    app_class(args.app).prepare_dataset(Path(args.output_dir), json.loads(args.settings))
+    app_class(args.app).prepare_dataset(Path(args.output_dir), _json_arg(args, "settings", ("dataset",)))
     return 0
 
 
@@ -40,22 +103,22 @@ def _print_times(result: dict[str, Any]) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from dlvirt.run.runner import run_job
 
-    _print_times(run_job(json.loads(args.spec), Path(args.output), Path(args.loadgen_dir)))
+    _print_times(run_job(_spec_arg(args), Path(args.output), Path(args.loadgen_dir)))
     return 0
 
 
 def _cmd_site_facts(args: argparse.Namespace) -> int:
     from dlvirt.run.remote import SshHost, write_remote_facts
 
-    write_remote_facts(SshHost.from_settings(args.site, json.loads(args.ssh)), Path(args.output))
+    write_remote_facts(SshHost.from_settings(args.site, _json_arg(args, "ssh", _SSH_KEYS)), Path(args.output))
     return 0
 
 
 def _cmd_site_bench(args: argparse.Namespace) -> int:
     from dlvirt.run.remote import SshHost, run_job_remote
 
-    host = SshHost.from_settings(args.site, json.loads(args.ssh))
-    _print_times(run_job_remote(host, json.loads(args.spec), Path(args.output), Path(args.loadgen_dir)))
+    host = SshHost.from_settings(args.site, _json_arg(args, "ssh", _SSH_KEYS))
+    _print_times(run_job_remote(host, _spec_arg(args), Path(args.output), Path(args.loadgen_dir)))
     return 0
 
 
@@ -76,7 +139,7 @@ def _cmd_concat(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from dlvirt.run.cleanup import remove_stale
 
-    for line in remove_stale(json.loads(args.settings)):
+    for line in remove_stale(_json_arg(args, "settings")):
         print(line)
     return 0
 
@@ -89,7 +152,7 @@ def _cmd_engines(args: argparse.Namespace) -> int:
         for line in engines.release_recorded(Path(args.state_dir), args.holder):
             print(f"dlvirt: {line}")
         return 0
-    settings = json.loads(args.settings)
+    settings = _json_arg(args, "settings")
     started: set[str] = set()
     for platform in args.platforms:
         for daemon in platform_class(platform).daemons(settings.get(platform, {})):
@@ -109,7 +172,7 @@ def _cmd_engines(args: argparse.Namespace) -> int:
 def _cmd_image(args: argparse.Namespace) -> int:
     from dlvirt.platforms.container_image import ensure
 
-    ensure(Path.cwd(), json.loads(args.settings), Path(args.output))
+    ensure(Path.cwd(), _json_arg(args, "settings"), Path(args.output))
     return 0
 
 
@@ -119,7 +182,7 @@ def _cmd_guest_image(args: argparse.Namespace) -> int:
 
     stop_on_sigterm()  # Snakemake stops jobs with SIGTERM: remove the half-built image and its mounts
 
-    print(build_for_workflow(args.variant, Path(args.output_dir), Path.cwd(), json.loads(args.cn_settings),
+    print(build_for_workflow(args.variant, Path(args.output_dir), Path.cwd(), _json_arg(args, "cn_settings"),
                              args.cn_image or None))
     return 0
 
@@ -130,11 +193,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.system.hostinfo import capabilities
     from dlvirt.plan.planner import expand
 
-    config = json.loads(args.config)
+    config = _json_arg(args, "config", ("study", "apps", "platforms", "host_check"))
     caps = capabilities() if config["host_check"] else None
     plan = expand(config, caps)
     jobs = [{**job.wildcards, "scenario": job.scenario.name} for job in plan.jobs]
     write_json_atomic(Path(args.output), plan_document(config, jobs, plan.left_out, caps.cores if caps else None))
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from snakemake.utils import update_config, validate
+
+    from dlvirt.plan.configcheck import check_config, load_config_file
+    from dlvirt.plan.planner import expand
+    from dlvirt.system.hostinfo import capabilities
+
+    config: dict[str, Any] = {}
+    for file in args.files:
+        update_config(config, load_config_file(Path(file)))  # in Snakemake's order: later files win
+    schema = Path(args.schema)
+    check_config(config, args.files, schema, lambda c: validate(c, str(schema)), Path(args.checksum_cache))
+    plan = expand(config, capabilities() if config["host_check"] else None)
+    print(f"{' + '.join(args.files)}: valid, {len(plan.jobs)} job(s) planned, {len(plan.left_out)} left out")
     return 0
 
 
@@ -242,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_plan)
 
+    p = sub.add_parser("check-config", help="check config files as the workflow does, naming the file and line "
+                                            "or the key of the first problem (Snakemake names neither for YAML errors)")
+    p.add_argument("files", nargs="+", help="config files in Snakemake's order (config/config.yaml first, as the "
+                                           "Snakefile reads it before any --configfile)")
+    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
+    p.add_argument("--checksum-cache", default="resources/checksums.json")
+    p.set_defaults(func=_cmd_check_config)
+
     p = sub.add_parser("tables", help="write the paper's Tables I and II from run records")
     p.add_argument("--host", required=True)
     p.add_argument("--plan", required=True)
@@ -271,7 +359,14 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_report)
 
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except Exception as err:
+        code = _exit_code(err)
+        if code is None:
+            raise
+        print(f"dlvirt {args.command}: {_message(err)}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -18,10 +18,12 @@ from dlvirt.plan.leftout import APPS, TOOLS, study_gaps  # noqa: E402
 from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
-from dlvirt.plan.configcheck import check_inputs, check_schema, load_config_file  # noqa: E402
+from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
-from dlvirt.system.hostinfo import memory_bytes  # noqa: E402
 from dlvirt.plan.planner import expand as expand_plan  # noqa: E402
+
+# Checksums of configured weights and vocab files, by size and mtime (dlvirt.plan.configcheck).
+CHECKSUM_CACHE = Path("resources/checksums.json")
 
 # --config key=false arrives as a string; the schema wants booleans.
 for _key in ("strict", "host_check", "allow_emulation"):
@@ -30,14 +32,11 @@ for _key in ("strict", "host_check", "allow_emulation"):
 
 # Refused before any job is built, naming the file and line or the key (not the whole schema):
 # Snakemake parsed the config files already, but keeps the last of two equal keys; the schema
-# check is strict (16.0 is no integer, .nan no number); then what the schema cannot see (paths,
-# checksums, memory sizes). validate() then fills the defaults.
+# check is strict (16.0 is no integer, .nan no number); validate() fills the defaults; then what
+# the schema cannot see (paths, checksums, memory sizes). `python -m dlvirt check-config` does the same.
+SCHEMA_FILE = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
-    for _file in dict.fromkeys(map(str, workflow.configfiles)):
-        load_config_file(Path(_file))
-    check_schema(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
-    validate(config, "../schemas/config.schema.yaml")
-    check_inputs(config, Path("resources/checksums.json"), memory_bytes() if config["host_check"] else None)
+    check_config(config, workflow.configfiles, SCHEMA_FILE, lambda c: validate(c, str(SCHEMA_FILE)), CHECKSUM_CACHE)
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
 

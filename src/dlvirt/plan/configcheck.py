@@ -14,6 +14,7 @@ Three stages, each a ``ConfigError``:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ import yaml
 
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.errors import ConfigError
+
+
+DOCKER_MIN_MEMORY = 6 << 20  # docker refuses a smaller --memory
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -98,6 +102,13 @@ def _known_keys(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
     return sorted(known)
 
 
+def _unknown(error: jsonschema.ValidationError, defs: dict[str, Any]) -> list[str]:
+    """The keys an additional/unevaluated-properties error is about that the schema does not know."""
+    if error.validator not in ("additionalProperties", "unevaluatedProperties"):
+        return []
+    return [k for k in error.instance if k not in _known_keys(error.schema, defs)]
+
+
 def _hint(error: jsonschema.ValidationError, defs: dict[str, Any]) -> str:
     value = error.instance
     if error.validator == "type" and isinstance(value, float) and not math.isfinite(value):
@@ -116,16 +127,17 @@ def check_schema(config: dict[str, Any], schema_path: Path) -> None:
     schema = yaml.safe_load(Path(schema_path).read_text())
     defs = schema.get("$defs", {})
     errors = list(_StrictValidator(schema).iter_errors(config))
+    # a key that fails inside allOf also counts as unevaluated: report why it fails instead
+    errors = [e for e in errors if e.validator != "unevaluatedProperties" or _unknown(e, defs)] or errors
     if not errors:
         return
     error = jsonschema.exceptions.best_match(errors)
     path = list(error.absolute_path)
     what = error.message
-    if error.validator in ("additionalProperties", "unevaluatedProperties"):
-        unknown = [k for k in error.instance if k not in _known_keys(error.schema, defs)]
-        if unknown:
-            path.append(unknown[0])
-            what = f"unknown key ({what})"
+    unknown = _unknown(error, defs)
+    if unknown:
+        path.append(unknown[0])
+        what = f"unknown key ({what})"
     raise ConfigError(f"{_key(path)}: {what}{_hint(error, defs)}")
 
 
@@ -222,6 +234,10 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
     for site, host in config.get("hosts", {}).items():
         _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file")
         _check_path(host.get("known_hosts_file"), f"hosts.{site}.known_hosts_file", "file")
+    for key, size in (("platforms.CN.memory", config["platforms"]["CN"]["memory"]),
+                      ("platforms.VMCN.container_memory", config["platforms"]["VMCN"]["container_memory"])):
+        if memory_bytes(size) < DOCKER_MIN_MEMORY:
+            raise ConfigError(f"{key}: {size!r} is below docker's minimum of 6m")
     if host_memory:
         sizes = {"platforms.CN.memory": ("CN", memory_bytes(config["platforms"]["CN"]["memory"])),
                  "platforms.VMCN.container_memory": ("VMCN", memory_bytes(config["platforms"]["VMCN"]["container_memory"]))}
@@ -230,3 +246,16 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
         for key, (platform, size) in sizes.items():
             if platform in platforms and size > host_memory:
                 raise ConfigError(f"{key}: {size >> 20} MiB is more than this host's memory ({host_memory >> 20} MiB)")
+
+
+def check_config(config: dict[str, Any], files: Iterable[Any], schema_path: Path,
+                 fill_defaults: Callable[[dict[str, Any]], None], cache_file: Path | None) -> None:
+    """All three stages on ``config`` as merged from ``files``, in the workflow's order (the
+    defaults are filled, by ``fill_defaults``, between the schema and the input checks)."""
+    from dlvirt.system.hostinfo import memory_bytes
+
+    for file in dict.fromkeys(map(str, files)):
+        load_config_file(Path(file))
+    check_schema(config, schema_path)
+    fill_defaults(config)
+    check_inputs(config, cache_file, memory_bytes() if config["host_check"] else None)

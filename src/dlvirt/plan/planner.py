@@ -93,6 +93,11 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     for tool in tools:
         if tool not in TOOLS:
             raise ConfigError(f"study.tools: unknown tool {tool!r} (known: {', '.join(TOOLS)})")
+    if site == LOCAL_SITE:
+        # the edge hosts' blocks too: what needs no host facts is refused before any SSH connection
+        for name, host in config.get("hosts", {}).items():
+            for b, block in enumerate(host["matrix"]):
+                _check_block(block, f"hosts.{name}.matrix[{b}]")
     seen: set[Scenario] = set()
     blocks, prefix = study["matrix"], "study.matrix"
     if site != LOCAL_SITE:

@@ -32,6 +32,23 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _terminate)
 
 
+# What a job spec (built by the workflow's benchmark_spec) holds; "dlbs" only in dlbs jobs' specs.
+SPEC_KEYS = ("tool", "app", "scenario", "repetitions", "warmup_repetitions", "threads", "timeout_s", "batch_size",
+             "loadgen", "app_settings", "dataset_dir", "platform_settings", "allow_emulation")
+
+
+def spec_problem(spec: dict[str, Any]) -> str | None:
+    """What makes ``spec`` no job spec (None: nothing), said before anything is provisioned."""
+    missing = [key for key in SPEC_KEYS if key not in spec]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    try:
+        Scenario.from_dict(spec["scenario"])
+    except (KeyError, TypeError, ValueError) as err:
+        return f"scenario {spec['scenario']!r}: {err}"
+    return None
+
+
 def new_run_id() -> str:
     return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
