@@ -62,3 +62,56 @@ def test_host_lacks_gpu_left_out_or_error_when_strict(workflow_dir):
     write_config(path, config)
     proc = snakemake(workflow_dir, "-n", "--configfile", str(path), check=False)
     assert proc.returncode != 0 and "strict: true" in proc.stdout + proc.stderr
+
+
+def _shell_commands(output: str) -> dict[str, list[str]]:
+    """``dlvirt <command>`` -> its argument words, as the shell will split them (dry-run -p)."""
+    import shlex
+
+    commands = {}
+    for line in output.splitlines():
+        if line.startswith("Shell command: python -m dlvirt "):
+            words = shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
+            commands[words[3]] = words[4:]
+    return commands
+
+
+def test_hostile_values_reach_the_image_rules_quoted(workflow_dir):
+    import json
+
+    hostile = "/tmp/dlvirt data'$(touch /tmp/owned)'\"; `id` $HOME"
+    image = "registry.example:5000/team/img:v1@sha256:" + "0" * 64
+    config = {"host_check": False, "study": {"apps": ["ic"], "matrix": [
+        {"platforms": ["CN", "VMCN"], "cores": [1], "pinning": ["VNL"]}]},
+        "platforms": {"CN": {"image": image, "engine": {"data_root": hostile}}}}
+    path = write_config(workflow_dir / "hostile.yaml", config)
+    proc = snakemake(workflow_dir, "-n", "-p", "resources/guest/docker/image.json", "resources/images/cn.json",
+                     "--configfile", str(path))
+    commands = _shell_commands(proc.stdout)
+    image_args, guest_args = commands["image"], commands["guest-image"]
+    settings = json.loads(image_args[image_args.index("--settings") + 1])
+    assert settings["engine"]["data_root"] == hostile and settings["image"] == image
+    cn_settings = json.loads(guest_args[guest_args.index("--cn-settings") + 1])
+    assert cn_settings["engine"]["data_root"] == hostile
+    assert guest_args[guest_args.index("--cn-image") + 1] == image
+
+
+@pytest.mark.parametrize("case,message", [
+    ("image-injection", "invalid config: platforms.CN.image: \"x'$(touch /tmp/owned)'\" does not match"),
+    ("dup-top-key", "invalid config: {dir}/dup-top-key.yaml:3: key 'study' given twice"),
+    ("timeout-nan", "invalid config: harness.timeout_s: nan is not of type 'number'"),
+    ("edge-mvm-pinned", "invalid config: hosts.edge.matrix[0].pinning: MVM cannot be pinned"),
+    ("dataset-path-missing", "invalid config: apps.ic.dataset.path /nonexistent/imagenet: does not exist"),
+    ("unknown-top-key", "invalid config: colour: unknown key"),
+])
+def test_the_workflow_refuses_bad_configs_in_one_line(workflow_dir, case, message):
+    import shutil
+
+    from conftest import REPO
+
+    path = shutil.copy(REPO / "tests" / "bad_configs" / f"{case}.yaml", workflow_dir / f"{case}.yaml")
+    proc = snakemake(workflow_dir, "-n", "--configfile", str(path), check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert message.format(dir=workflow_dir) in out, out[-3000:]
+    assert "$schema" not in out and "Traceback" not in out  # the key, not the whole schema
