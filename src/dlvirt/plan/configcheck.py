@@ -24,7 +24,6 @@ import yaml
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.errors import ConfigError
 
-
 DOCKER_MIN_MEMORY = 6 << 20  # docker refuses a smaller --memory
 
 
@@ -178,10 +177,10 @@ def _check_file_with_checksum(section: dict[str, Any], key: str, cache_file: Pat
             raise ConfigError(f"{key}.path {path}: sha256 {got} does not match {key}.sha256 {want}")
 
 
-def _check_path(value: str | None, key: str, kind: str) -> None:
+def _check_path(value: str | None, key: str, kind: str, expand_user: bool = False) -> None:
     if value is None:
         return
-    path = Path(value)
+    path = Path(value).expanduser() if expand_user else Path(value)
     if not path.exists():
         raise ConfigError(f"{key} {value}: does not exist")
     if kind == "dir" and not path.is_dir():
@@ -232,8 +231,9 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
     if "MVM" in platforms:
         _check_path(config["platforms"]["MVM"].get("firecracker"), "platforms.MVM.firecracker", "file")
     for site, host in config.get("hosts", {}).items():
-        _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file")
-        _check_path(host.get("known_hosts_file"), f"hosts.{site}.known_hosts_file", "file")
+        # ssh expands ~ in both (-i and UserKnownHostsFile)
+        _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file", expand_user=True)
+        _check_path(host.get("known_hosts_file"), f"hosts.{site}.known_hosts_file", "file", expand_user=True)
     for key, size in (("platforms.CN.memory", config["platforms"]["CN"]["memory"]),
                       ("platforms.VMCN.container_memory", config["platforms"]["VMCN"]["container_memory"])):
         if memory_bytes(size) < DOCKER_MIN_MEMORY:
