@@ -112,3 +112,13 @@ def test_observation_differing_from_the_request_fails_the_job(ic_dataset, tmp_pa
     with pytest.raises(VerificationError, match="nproc 1 != requested 999"):
         run_job(spec(ic_dataset, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_adaptive_repetitions_stop_once_the_interval_is_tight(ic_dataset, tmp_path):
+    adaptive = {"min": 3, "max": 50, "rel_ci95": 0.05}
+    result = run_job(spec(ic_dataset, 1, "PIN", repetitions=adaptive), tmp_path / "run.json", tmp_path / "lg")
+    record = result["repetitions"]
+    print(f"adaptive: {record}")
+    assert record["asked"] == adaptive and record["ran"] == len(result["runs"])
+    assert record["stop"] == "rel_ci95 reached" and 3 <= record["ran"] < 50
+    assert record["rel_ci95"] <= 0.05

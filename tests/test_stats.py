@@ -94,3 +94,17 @@ def test_summary_splits_mvm_rows_by_vmm(tmp_path):
         paths.append(path)
     frame = summarise(paths).set_index("vmm")
     assert frame.loc["qemu-microvm", "replicates"] == 2 and frame.loc["firecracker", "replicates"] == 1
+
+
+def test_adaptive_stopping_rule():
+    from dlvirt.run.repetitions import AT_MAX, FIXED, PRECISE, count_problem, stop_reason
+
+    adaptive = {"min": 3, "max": 5, "rel_ci95": 0.05}
+    assert stop_reason(2, [1.0]) is None and stop_reason(2, [1.0, 1.2]) == FIXED
+    assert stop_reason(adaptive, [1.0, 1.0]) is None                   # below min even if tight
+    assert stop_reason(adaptive, [1.0, 1.01, 0.99]) == PRECISE
+    assert stop_reason(adaptive, [1.0, 2.0, 1.5]) is None              # too wide, below max
+    assert stop_reason(adaptive, [1.0, 2.0, 1.5, 1.0, 2.0]) == AT_MAX
+    assert count_problem(adaptive, 4, PRECISE) is None
+    assert "3 to 5 asked" in count_problem(adaptive, 6, AT_MAX)
+    assert count_problem(2, 1, FIXED) == "1 repetitions ran, 2 asked"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from dlvirt.core.interval import t_half_width
+
 MODIFIED_Z_LIMIT = 3.5
 ALPHA = 0.05  # per one-sided test
 
@@ -54,12 +56,6 @@ def drop_outliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> tuple
     """The values the outlier rule keeps, and how many it dropped."""
     keep = inliers(values, limit)
     return list(np.asarray(values, dtype=float)[keep]), int((~keep).sum())
-
-
-def t_half_width(std: float, n: int, level: float = 0.95) -> float:
-    if n < 2:
-        return math.nan
-    return float(sps.t.ppf(0.5 + level / 2, n - 1) * std / math.sqrt(n))
 
 
 def estimate(values: list[float], drop: bool = True) -> Estimate:

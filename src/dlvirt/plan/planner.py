@@ -98,6 +98,9 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
         for name, host in config.get("hosts", {}).items():
             for b, block in enumerate(host["matrix"]):
                 _check_block(block, f"hosts.{name}.matrix[{b}]")
+    repetitions = study["repetitions"]
+    if isinstance(repetitions, dict) and repetitions["min"] > repetitions["max"]:
+        raise ConfigError(f"study.repetitions: min ({repetitions['min']}) is above max ({repetitions['max']})")
     seen: set[Scenario] = set()
     blocks, prefix = study["matrix"], "study.matrix"
     if site != LOCAL_SITE:

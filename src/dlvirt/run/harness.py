@@ -31,6 +31,8 @@ from dlvirt.system import observe
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.atomic import write_json_atomic
+from dlvirt.core.interval import relative_half_width
+from dlvirt.run.repetitions import stop_reason
 from dlvirt.system.hostinfo import package_versions
 
 
@@ -251,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     warmups: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     n_warmup = int(job["warmup_repetitions"])
-    for rep in range(n_warmup + int(job["repetitions"])):
+    rep, stopped = 0, None
+    while stopped is None:
         is_warmup = rep < n_warmup
         record = measure(app, job, rep, out_dir)
         record["warmup"] = is_warmup
@@ -259,11 +262,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{'model-only' if job['tool'] == 'dlbs' else 'E2E'} {record['e2e_s']:.3f} s, "
               f"{record['samples']} samples", flush=True)
         (warmups if is_warmup else runs).append(record)
+        rep += 1
+        if rep >= n_warmup:
+            stopped = stop_reason(job["repetitions"], [r["e2e_s"] for r in runs])
     write_json_atomic(out_dir / "harness.json", {
         "app": job["app"],
         "entered_unix": entered_unix,
         "runs": runs,
         "warmups": warmups,
+        "repetitions": {"asked": job["repetitions"], "ran": len(runs), "stop": stopped,
+                        "rel_ci95": relative_half_width([r["e2e_s"] for r in runs])},
         "model_load_s": load_s,
         "dataset": app.dataset_info,
         "model": dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),

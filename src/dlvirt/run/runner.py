@@ -21,6 +21,7 @@ from dlvirt.system.hostinfo import capabilities, node_identity, slurm_allocation
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, verify
 from dlvirt.core.scenario import Scenario
+from dlvirt.run.repetitions import count_problem
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -99,8 +100,10 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
         if problems:
             lines = "; ".join(f"rep {rep}: {', '.join(p)}" for rep, p in problems.items())
             raise VerificationError(f"{scenario.name}: the platform did not give what was asked: {lines}")
-        if len(harness["runs"]) != int(spec["repetitions"]):
-            raise VerificationError(f"{len(harness['runs'])} repetitions ran, {spec['repetitions']} asked")
+        stop = harness.get("repetitions", {}).get("stop")
+        wrong_count = count_problem(spec["repetitions"], len(harness["runs"]), stop)
+        if wrong_count:
+            raise VerificationError(wrong_count)
         result = {
             "tool": spec["tool"],
             "app": spec["app"],
@@ -114,7 +117,8 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
             "slurm": slurm_allocation(),
             "run_id": run_id,
             "spec": spec,
-            **{k: harness[k] for k in ("runs", "warmups", "dataset", "model", "versions", "model_load_s")},
+            **{k: harness[k] for k in ("runs", "warmups", "repetitions", "dataset", "model", "versions",
+                                       "model_load_s")},
         }
         if loadgen_dir.exists():
             shutil.rmtree(loadgen_dir)

@@ -1,0 +1,25 @@
+"""The Student-t confidence interval of a mean: shared by the harness's stopping rule (inside the
+platform) and the analysis, so both mean the same by "95 % CI"."""
+
+from __future__ import annotations
+
+import math
+
+from scipy import stats as sps
+
+
+def t_half_width(std: float, n: int, level: float = 0.95) -> float:
+    """Half-width of the two-sided ``level`` Student-t interval of a mean of ``n`` values (NaN below 2)."""
+    if n < 2:
+        return math.nan
+    return float(sps.t.ppf(0.5 + level / 2, n - 1) * std / math.sqrt(n))
+
+
+def relative_half_width(values: list[float]) -> float:
+    """95 % CI half-width of the mean of ``values`` relative to the mean (NaN below two values)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return t_half_width(std, n) / abs(mean) if mean else math.inf
