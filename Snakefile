@@ -24,7 +24,9 @@ onstart:
     # Start the engines the planned platforms need when none answers (dlvirt.system.engines), then remove
     # what a killed earlier run left (dlvirt-named, runner gone), never anything else.
     workflow_engines("up")
-    dlvirt_command("cleanup", "--settings", json.dumps(config["platforms"]))
+    # Job work directories only where every job runs here: a cluster node's job may outlive us.
+    work_roots = ["--work-roots", "results/runs", "results/sites"] if workflow.local_exec else []
+    dlvirt_command("cleanup", "--settings", json.dumps(config["platforms"]), *work_roots)
 
 
 # Release the engines; one dlvirt started stops once no other workflow uses it.

@@ -122,3 +122,33 @@ def test_adaptive_repetitions_stop_once_the_interval_is_tight(ic_dataset, tmp_pa
     assert record["asked"] == adaptive and record["ran"] == len(result["runs"])
     assert record["stop"] == "rel_ci95 reached" and 3 <= record["ran"] < 50
     assert record["rel_ci95"] <= 0.05
+
+
+def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_path):
+    """SIGKILL of the job's whole process group (an OOM kill, a node crash) runs no teardown: the
+    next start removes the work directory (and cgroup) whose runner is gone, and nothing live."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dlvirt.run.cleanup import remove_stale_work_dirs
+
+    runs = tmp_path / "runs"
+    live = runs / "BM" / f".work-{os.getpid()}-0000abcd-live"  # this test's own: its runner is alive
+    live.mkdir(parents=True)
+    job = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(spec(ic_dataset, 1, "PIN")),
+                            "--output", str(runs / "BM" / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list((runs / "BM").glob(f".work-{job.pid}-*/job.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    stale = list((runs / "BM").glob(f".work-{job.pid}-*"))
+    assert stale, "the job never started"
+    assert list(remove_stale_work_dirs([runs])) == [f"removed stale job work directory {stale[0]}"]
+    assert not stale[0].exists() and live.is_dir() and not (runs / "BM" / "r.json").exists()
+    for directory in stale_cgroups():
+        if directory.name.startswith(f"dlvirt-{job.pid}-"):
+            cgroups.Cgroup(dirs=[directory]).remove()

@@ -139,7 +139,7 @@ def _cmd_concat(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from dlvirt.run.cleanup import remove_stale
 
-    for line in remove_stale(_json_arg(args, "settings")):
+    for line in remove_stale(_json_arg(args, "settings"), [Path(p) for p in args.work_roots]):
         print(line)
     return 0
 
@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("cleanup", help="remove cgroups/containers/VMs left by a killed run")
     p.add_argument("--settings", default="{}", help="the config's platforms section as JSON")
+    p.add_argument("--work-roots", nargs="*", default=[],
+                   help="folders whose stale job work directories (.work-<run id>-*) to remove")
     p.set_defaults(func=_cmd_cleanup)
 
     p = sub.add_parser("engines", help="start (up) the engines the platforms need, or release (down) "

@@ -10,7 +10,7 @@ import contextlib
 import os
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,10 @@ def stale_cgroups() -> list[Path]:
     return sorted(set(found))
 
 
-def owner_alive(name: str) -> bool:
-    """Whether the runner that created ``dlvirt-<pid>-<hex>...`` still runs."""
+def owner_alive(name: str, prefix: str = PREFIX) -> bool:
+    """Whether the runner that created ``<prefix><pid>-<hex>...`` still runs."""
     try:
-        pid = int(name[len(PREFIX):].split("-", 1)[0])
+        pid = int(name[len(prefix):].split("-", 1)[0])
     except ValueError:
         return False
     try:
@@ -110,9 +110,22 @@ def remove_stale_guests() -> Iterator[str]:
                 yield f"removed stale guest disks {directory}"
 
 
-def remove_stale(platform_settings: dict[str, Any] | None = None) -> Iterator[str]:
-    """Everything a killed run left: cgroups, containers, then engines dlvirt started that nobody
-    uses any more. ``platform_settings``: the config's platforms section."""
+def remove_stale_work_dirs(roots: Iterable[Path]) -> Iterator[str]:
+    """Benchmark jobs' work directories (``.work-<run id>-*`` next to their run file, holding the
+    job and a partial harness result) under ``roots`` whose runner is gone: a hard-killed job's."""
+    from dlvirt.run.runner import WORK_PREFIX
+
+    for root in roots:
+        for directory in sorted(Path(root).rglob(f"{WORK_PREFIX}*")) if Path(root).is_dir() else []:
+            if directory.is_dir() and not owner_alive(directory.name, WORK_PREFIX):
+                shutil.rmtree(directory, ignore_errors=True)
+                yield f"removed stale job work directory {directory}"
+
+
+def remove_stale(platform_settings: dict[str, Any] | None = None, work_roots: Iterable[Path] = ()) -> Iterator[str]:
+    """Everything a killed run left: cgroups, containers, guests, job work directories under
+    ``work_roots``, then engines dlvirt started that nobody uses any more. ``platform_settings``:
+    the config's platforms section."""
     for directory in stale_cgroups():
         if owner_alive(directory.name):
             continue
@@ -122,4 +135,5 @@ def remove_stale(platform_settings: dict[str, Any] | None = None) -> Iterator[st
             yield f"removed stale cgroup {directory}"
     yield from remove_stale_containers((platform_settings or {}).get("CN", {}))
     yield from remove_stale_guests()
+    yield from remove_stale_work_dirs(work_roots)
     yield from engines.release_orphans()

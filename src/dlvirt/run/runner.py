@@ -33,6 +33,10 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _terminate)
 
 
+# A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
+# ends, by dlvirt.run.cleanup when its runner was killed.
+WORK_PREFIX = ".work-"
+
 # What a job spec (built by the workflow's benchmark_spec) holds; "dlbs" only in dlbs jobs' specs.
 SPEC_KEYS = ("tool", "app", "scenario", "repetitions", "warmup_repetitions", "threads", "timeout_s", "batch_size",
              "loadgen", "app_settings", "dataset_dir", "platform_settings", "allow_emulation")
@@ -76,7 +80,7 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
     run_id = new_run_id()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f".work-{run_id}-", dir=output.parent))
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{run_id}-", dir=output.parent))
     job = {
         **{k: spec[k] for k in ("tool", "app", "repetitions", "warmup_repetitions", "threads", "batch_size",
                                  "loadgen", "app_settings")},
