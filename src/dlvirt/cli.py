@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", required=True)
     p.set_defaults(func=_cmd_dataset)
 
-    p = sub.add_parser("download", help="fetch an app's real dataset and verify its checksums (needs network)")
+    # the commands that download: the workflow reruns them after a failure (rule retries:), waiting first
+    retry = argparse.ArgumentParser(add_help=False)
+    retry.add_argument("--retry-wait-s", type=float, default=0,
+                       help="wait this long first (a rerun after a failed attempt), saying so")
+
+    p = sub.add_parser("download", parents=[retry],
+                       help="fetch an app's real dataset and verify its checksums (needs network)")
     p.add_argument("--app", required=True)
     p.add_argument("--output-dir", required=True)
     p.set_defaults(func=_cmd_download)
@@ -307,12 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", default="{}", help="the config's platforms section as JSON")
     p.set_defaults(func=_cmd_engines)
 
-    p = sub.add_parser("image", help="build (or pull) the CN image unless the engine has it; write its marker")
+    p = sub.add_parser("image", parents=[retry], help="build (or pull) the CN image unless the engine has it; write its marker")
     p.add_argument("--settings", required=True, help="the config's platforms.CN section as JSON")
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_image)
 
-    p = sub.add_parser("guest-image", help="build a guest disk image (VM, MVM, VMCN) offline")
+    p = sub.add_parser("guest-image", parents=[retry], help="build a guest disk image (VM, MVM, VMCN) offline")
     p.add_argument("--variant", required=True, choices=["probe", "full", "docker"])
     p.add_argument("--output-dir", required=True)
     p.add_argument("--cn-settings", default="{}", help="the config's platforms.CN section as JSON")
@@ -361,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_report)
 
     args = parser.parse_args(argv)
+    if getattr(args, "retry_wait_s", 0) > 0:
+        print(f"dlvirt {args.command}: an earlier attempt failed (its log is replaced by this one); "
+              f"retrying in {args.retry_wait_s:.0f} s", flush=True)
+        time.sleep(args.retry_wait_s)
     try:
         return int(args.func(args))
     except Exception as err:

@@ -62,6 +62,18 @@ if workflow.is_main_process:
 # Benchmark jobs never run concurrently: each takes the one unit of this resource.
 if "bench" not in workflow.global_resources:
     workflow.register_resource("bench", 1)
+# Guest image builds share one Debian package cache (resources/guest/debs), which two debootstraps
+# at once corrupt: each build takes the one unit of this resource.
+if "debian_cache" not in workflow.global_resources:
+    workflow.register_resource("debian_cache", 1)
+
+# Rules that download (debootstrap from a Debian mirror, a dataset) are rerun after a failure, up
+# to DOWNLOAD_RETRIES times, each after a longer wait, which the command states in its log.
+DOWNLOAD_RETRIES = 2
+
+
+def retry_wait_s(wildcards, attempt):
+    return 0 if attempt == 1 else 30 * 2 ** (attempt - 2)
 
 RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}"

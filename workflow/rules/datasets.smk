@@ -19,9 +19,13 @@ rule dataset:
 rule download_dataset:
     output:
         directory("resources/downloads/{app}"),
+    retries: DOWNLOAD_RETRIES
+    resources:
+        retry_wait_s=retry_wait_s,
     log:
         "results/logs/download/{app}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt download --app {wildcards.app:q} --output-dir {output:q} > {log:q} 2>&1"
+        "python -m dlvirt download --app {wildcards.app:q} --output-dir {output:q}"
+        " --retry-wait-s {resources.retry_wait_s} > {log:q} 2>&1"

@@ -12,10 +12,15 @@ rule guest_image:
         cn_image=lambda w: CN_IMAGE if w.variant == "docker" else "",
     wildcard_constraints:
         variant="probe|full|docker",
+    retries: DOWNLOAD_RETRIES
+    resources:
+        debian_cache=1,
+        retry_wait_s=retry_wait_s,
     log:
         "results/logs/images/guest-{variant}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "python -m dlvirt guest-image --variant {wildcards.variant:q} --output-dir {params.out_dir:q}"
-        " --cn-settings {params.cn_settings} --cn-image {params.cn_image:q} > {log:q} 2>&1"
+        " --cn-settings {params.cn_settings} --cn-image {params.cn_image:q}"
+        " --retry-wait-s {resources.retry_wait_s} > {log:q} 2>&1"

@@ -9,9 +9,13 @@ rule cn_image:
     params:
         settings=quoted_json(config["platforms"]["CN"]),
         image=CN_IMAGE,
+    retries: DOWNLOAD_RETRIES
+    resources:
+        retry_wait_s=retry_wait_s,
     log:
         "results/logs/images/cn.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlvirt image --settings {params.settings} --output {output:q} > {log:q} 2>&1"
+        "python -m dlvirt image --settings {params.settings} --output {output:q}"
+        " --retry-wait-s {resources.retry_wait_s} > {log:q} 2>&1"
