@@ -33,8 +33,8 @@ def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
 @pytest.mark.parametrize("mutate,message", [
     (lambda c: c.update(colour="blue"), "Additional properties are not allowed ('colour'"),
     (lambda c: c["apps"]["ic"].update(batchsize=3), "'batchsize' was unexpected"),
-    (lambda c: c["study"].update(repetitions=0), "['study']['properties']['repetitions']"),
-    (lambda c: c["study"].update(repetitions={"min": 3, "max": 50}), "On instance['study']['repetitions']"),
+    (lambda c: c["study"].update(repetitions=0), "study.repetitions: 0 is less than the minimum of 1"),
+    (lambda c: c["study"].update(repetitions={"min": 3, "max": 50}), "study.repetitions: 'rel_ci95' is a required property"),
     (lambda c: c["study"].update(repetitions={"min": 9, "max": 5, "rel_ci95": 0.05}),
      "study.repetitions: min (9) is above max (5)"),
     (lambda c: c["study"]["matrix"][0].update(pinning=["PINNED"]), "'PINNED' is not one of"),
