@@ -66,7 +66,7 @@ class App(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
     model_name: ClassVar[str]
-    framework: ClassVar[str]
+    framework: str  # a class default; an app whose framework is configurable (IC) sets its own
     dataset_name: ClassVar[str]
     dataset_index: ClassVar[str]  # the file a real dataset folder holds (apps.<app>.dataset.path)
     dataset_may_be_file: ClassVar[bool] = False  # dataset.path may also name that file itself
@@ -182,6 +182,13 @@ class App(ABC):
                     "seed": self.settings.get("seed", 0)}
         return {"model": self.model_name, "framework": self.framework, "weights": "loaded",
                 "path": str(self.weights_path), "sha256": self.settings["weights"].get("sha256")}
+
+    def gpu_state(self) -> dict[str, Any]:
+        """What the framework says about the GPU after a repetition (GPU scenarios only): the GPUs it
+        sees (``framework_gpus``), the device the model's weights live on (``weights_device``), the
+        peak GPU memory it allocated (``framework_peak_bytes``), its ``cuda`` and ``cudnn`` versions.
+        The job fails unless the weights are on a GPU (``dlvirt.system.gpu.usage_problems``)."""
+        return {}
 
     def framework_versions(self) -> dict[str, str]:
         return {}

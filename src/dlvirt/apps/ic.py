@@ -1,8 +1,11 @@
-"""IC: image classification with ResNet50 (TensorFlow/Keras) on ImageNet-style JPEGs.
+"""IC: image classification with ResNet50 on ImageNet-style JPEGs, in TensorFlow/Keras (the paper's)
+or PyTorch (``apps.ic.framework``; MLPerf's reference offers both).
 
 Pre-processing follows the MLPerf reference (``pre_process_vgg``): decode, RGB, aspect-preserving
 resize so the short side is 256 (224 / 0.875) with area interpolation, 224×224 centre crop,
-per-channel mean subtraction, NHWC float32.
+per-channel mean subtraction, NHWC float32. Both backends take that same NHWC batch (PyTorch's
+transposes it to NCHW on its device) and return class probabilities, which the same top-5
+post-processing scores.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt.apps.base import App, AppError, checked_weights
+from dlvirt.apps import torch_runtime
+from dlvirt.apps.base import App, AppError, ThreadPlan, checked_weights
 
 IMAGE_SIZE = 224
 RESIZE_SHORT = 256  # MLPerf: 224 / 87.5 %
 CHANNEL_MEANS = np.array([123.68, 116.78, 103.94], dtype=np.float32)
 NUM_CLASSES = 1000
 VAL_MAP = "val_map.txt"
+FRAMEWORKS = ("tensorflow", "pytorch")
 
 
 def read_val_map(root: Path) -> list[tuple[str, int]]:
@@ -58,6 +63,91 @@ def synthetic_image(rng: np.random.Generator, width: int, height: int) -> np.nda
     smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
     texture = rng.normal(0, 18, size=(height, width, 3)).astype(np.int16)
     return np.clip(smooth + texture, 0, 255).astype(np.uint8)
+
+
+class KerasResNet50:
+    """Keras's ResNet50 (v1) on TensorFlow: the paper's IC model."""
+
+    framework = "tensorflow"
+    architecture = "ResNet50 v1 (Keras): stride 2 in the first 1x1 convolution of a down-sampling block"
+
+    def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None) -> None:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads.intra_op)
+        tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
+        self.gpus = tf.config.list_physical_devices("GPU")
+        if processor == "GPU" and not self.gpus:
+            raise AppError("scenario asks for GPU but TensorFlow sees no GPU device")
+        self.device = "/GPU:0" if processor == "GPU" else "/CPU:0"
+        tf.keras.utils.set_random_seed(seed)
+        with tf.device(self.device):
+            self.model = tf.keras.applications.ResNet50(weights=None, classes=NUM_CLASSES)
+            if weights is not None:
+                self.model.load_weights(str(weights))
+        spec = tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32)
+        self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[spec])
+        self._forward(tf.zeros([1, IMAGE_SIZE, IMAGE_SIZE, 3]))  # trace once, outside the timed runs
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        import tensorflow as tf
+
+        with tf.device(self.device):
+            return np.asarray(self._forward(tf.constant(batch)))
+
+    def gpu_state(self) -> dict[str, Any]:
+        import tensorflow as tf
+
+        build = tf.sysconfig.get_build_info()
+        peak = tf.config.experimental.get_memory_info("GPU:0")["peak"] if self.gpus else None
+        return {"framework": self.framework, "framework_gpus": [d.name for d in self.gpus],
+                "weights_device": str(self.model.weights[0].device), "framework_peak_bytes": peak,
+                "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version")}
+
+    def versions(self) -> dict[str, str]:
+        import tensorflow as tf
+
+        return {"tensorflow": tf.__version__, "keras": getattr(tf.keras, "__version__", "")}
+
+
+class TorchResNet50:
+    """ResNet50 v1.5 in plain torch (``dlvirt.apps.resnet_torch``); weights from a state dict."""
+
+    framework = "pytorch"
+    architecture = "ResNet50 v1.5 (MLPerf's): stride 2 in the 3x3 convolution of a down-sampling block"
+
+    def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None) -> None:
+        import torch
+
+        from dlvirt.apps import resnet_torch
+
+        self.device = torch_runtime.configure(threads, processor)
+        torch.manual_seed(seed)
+        self.model = resnet_torch.build(NUM_CLASSES)
+        if weights is not None:
+            state = torch_runtime.load_state_dict(weights, "apps.ic.weights.path")
+            try:
+                self.model.load_state_dict(state, strict=True)
+            except RuntimeError as err:
+                raise AppError(f"apps.ic.weights.path {weights}: not a ResNet50 state dict ({err})") from err
+        self.model.to(self.device).eval()
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            nhwc = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)).to(self.device)
+            return self.model(nhwc.permute(0, 3, 1, 2)).cpu().numpy()
+
+    def gpu_state(self) -> dict[str, Any]:
+        return torch_runtime.gpu_state(self.model)
+
+    def versions(self) -> dict[str, str]:
+        return torch_runtime.versions()
+
+
+BACKENDS: dict[str, type[KerasResNet50 | TorchResNet50]] = {
+    KerasResNet50.framework: KerasResNet50, TorchResNet50.framework: TorchResNet50}
 
 
 class ImageClassification(App):
@@ -100,6 +190,9 @@ class ImageClassification(App):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.framework = str(self.settings.get("framework", ImageClassification.framework))
+        if self.framework not in BACKENDS:
+            raise AppError(f"apps.ic.framework {self.framework!r}: one of {', '.join(FRAMEWORKS)}")
         self.entries = read_val_map(self.data_root)
         limit = self.settings["dataset"].get("count")
         if self.dataset_info["source"] == "real" and limit:
@@ -109,33 +202,15 @@ class ImageClassification(App):
         return len(self.entries)
 
     def load_model(self) -> None:
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(self.threads.intra_op)
-        tf.config.threading.set_inter_op_parallelism_threads(self.threads.inter_op)
-        gpus = tf.config.list_physical_devices("GPU")
-        if self.processor == "GPU" and not gpus:
-            raise AppError("scenario asks for GPU but TensorFlow sees no GPU device")
-        self.device = "/GPU:0" if self.processor == "GPU" else "/CPU:0"
-        tf.keras.utils.set_random_seed(int(self.settings.get("seed", 0)))
         self.weights_path = checked_weights(self.settings)
-        with tf.device(self.device):
-            self.model = tf.keras.applications.ResNet50(weights=None, classes=NUM_CLASSES)
-            if self.weights_path is not None:
-                self.model.load_weights(str(self.weights_path))
-        spec = tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32)
-        self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[spec])
-        self._forward(tf.zeros([1, IMAGE_SIZE, IMAGE_SIZE, 3]))  # trace once, outside the timed runs
+        self.backend = BACKENDS[self.framework](self.threads, self.processor, int(self.settings.get("seed", 0)),
+                                                self.weights_path)
 
     def preprocess(self, index: int) -> np.ndarray:
         return preprocess_image(self.data_root / self.entries[index][0])
 
     def infer(self, batch: list[np.ndarray] | np.ndarray) -> np.ndarray:
-        import tensorflow as tf
-
-        stacked = batch if isinstance(batch, np.ndarray) else np.stack(batch)
-        with tf.device(self.device):
-            return np.asarray(self._forward(tf.constant(stacked)))
+        return self.backend(batch if isinstance(batch, np.ndarray) else np.stack(batch))
 
     def synthetic_batch(self, batch_size: int) -> np.ndarray:
         rng = np.random.default_rng(0)
@@ -167,7 +242,11 @@ class ImageClassification(App):
         seen = max(self.seen, 1)
         return {"top1": self.top1_hits / seen, "top5": self.top5_hits / seen, "scored": self.seen}
 
-    def framework_versions(self) -> dict[str, str]:
-        import tensorflow as tf
+    def model_provenance(self) -> dict[str, Any]:
+        return {**super().model_provenance(), "architecture": BACKENDS[self.framework].architecture}
 
-        return {"tensorflow": tf.__version__, "keras": tf.keras.__version__ if hasattr(tf.keras, "__version__") else ""}
+    def gpu_state(self) -> dict[str, Any]:
+        return self.backend.gpu_state()
+
+    def framework_versions(self) -> dict[str, str]:
+        return self.backend.versions()

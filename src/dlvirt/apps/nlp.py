@@ -263,5 +263,8 @@ class QuestionAnswering(App):
                            "vocab": self.vocab_info})
         return provenance
 
+    def gpu_state(self) -> dict[str, Any]:
+        return torch_runtime.gpu_state(self.model)
+
     def framework_versions(self) -> dict[str, str]:
         return torch_runtime.versions("transformers", "tokenizers")

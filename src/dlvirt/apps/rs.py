@@ -354,5 +354,8 @@ class Recommendation(App):
         provenance["categorical_hashing"] = "hex value modulo table rows"
         return provenance
 
+    def gpu_state(self) -> dict[str, Any]:
+        return torch_runtime.gpu_state(self.model)
+
     def framework_versions(self) -> dict[str, str]:
         return torch_runtime.versions()

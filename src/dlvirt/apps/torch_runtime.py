@@ -47,6 +47,19 @@ def load_state_dict(path: Path, setting: str) -> dict[str, Any]:
     return state
 
 
+def gpu_state(model: Any) -> dict[str, Any]:
+    """``App.gpu_state`` of a torch model: where its first parameter lives, what CUDA PyTorch sees."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"framework": "pytorch",
+            "framework_gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+            "weights_device": str(next(model.parameters()).device),
+            "framework_peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+            "cuda": torch.version.cuda,
+            "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None}
+
+
 def versions(*extra: str) -> dict[str, str]:
     found = {}
     for name in ("torch", *extra):

@@ -27,13 +27,13 @@ import numpy as np
 
 from dlvirt.run import dlbs
 
-from dlvirt.system import observe
+from dlvirt.system import gpu, observe
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.interval import relative_half_width
 from dlvirt.run.repetitions import stop_reason
-from dlvirt.system.hostinfo import package_versions
+from dlvirt.system.hostinfo import package_versions, python_stack
 
 
 def plan_threads(policy: str, observed: dict[str, Any]) -> ThreadPlan:
@@ -256,7 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     rep, stopped = 0, None
     while stopped is None:
         is_warmup = rep < n_warmup
-        record = measure(app, job, rep, out_dir)
+        # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
+        with gpu.sampled(job["scenario"]["processor"] == "GPU") as sampler:
+            record = measure(app, job, rep, out_dir)
+        if sampler is not None:
+            # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
+            record["gpu"] = gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
         record["warmup"] = is_warmup
         print(f"[harness] {job['app']} {job['scenario_name']} {'warm-up' if is_warmup else 'rep'} {rep}: "
               f"{'model-only' if job['tool'] == 'dlbs' else 'E2E'} {record['e2e_s']:.3f} s, "
@@ -276,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "dataset": app.dataset_info,
         "model": dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
         "versions": {"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
+        "stack": python_stack(),
     })
     return 0
 

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from dlvirt.core.atomic import write_json_atomic
+from dlvirt.system import gpu
 from dlvirt.system.hostinfo import capabilities, node_identity, slurm_allocation
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, verify
@@ -99,7 +100,9 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
             harness = platform.run(job, timeout_s=float(spec["timeout_s"]))
             expected = platform.expected()
             described = platform.describe()
-        problems = {r["repetition"]: verify(expected, r["observed"]) for r in harness["warmups"] + harness["runs"]}
+        uses_gpu = scenario.processor == "GPU"
+        problems = {r["repetition"]: verify(expected, r["observed"]) + (gpu.usage_problems(r) if uses_gpu else [])
+                    for r in harness["warmups"] + harness["runs"]}
         problems = {rep: p for rep, p in problems.items() if p}
         if problems:
             lines = "; ".join(f"rep {rep}: {', '.join(p)}" for rep, p in problems.items())
@@ -122,7 +125,7 @@ def run_job(spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, 
             "run_id": run_id,
             "spec": spec,
             **{k: harness[k] for k in ("runs", "warmups", "repetitions", "dataset", "model", "versions",
-                                       "model_load_s")},
+                                       "model_load_s", "stack")},
         }
         if loadgen_dir.exists():
             shutil.rmtree(loadgen_dir)

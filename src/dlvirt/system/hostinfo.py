@@ -143,6 +143,28 @@ def package_versions(names: tuple[str, ...] = ("tensorflow-cpu", "tensorflow", "
     return versions
 
 
+# Written by setup.sh (and the CN image's build) into the Python environment: which lock it installed.
+STACK_FILE = "dlvirt-stack.json"
+STACKS = ("cpu", "gpu")
+
+
+def python_stack() -> dict[str, Any]:
+    """Which locked stack this Python environment runs (``cpu`` or ``gpu``), as its installer
+    recorded it with the reason for the choice; else inferred from the TensorFlow and torch builds
+    installed (an environment not made by setup.sh)."""
+    try:
+        recorded = json.loads((Path(sys.prefix) / STACK_FILE).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict) and recorded.get("stack") in STACKS:
+        return recorded
+    found = package_versions()
+    cpu_build = "tensorflow-cpu" in found or found.get("torch", "").endswith("+cpu")
+    return {"stack": "cpu" if cpu_build else "gpu",
+            "reason": f"not recorded in {Path(sys.prefix) / STACK_FILE}; inferred from the installed builds "
+                      f"({', '.join(f'{k} {v}' for k, v in found.items() if k in ('tensorflow-cpu', 'tensorflow', 'torch'))})"}
+
+
 def _tool_version(cmd: list[str]) -> str | None:
     if shutil.which(cmd[0]) is None:
         return None
@@ -197,6 +219,7 @@ def facts() -> dict[str, Any]:
         "capabilities": caps.to_dict(),
         "python": sys.version.split()[0],
         "packages": package_versions(),
+        "stack": python_stack(),
         "tools": {
             "docker": _tool_version(["docker", "--version"]),
             "qemu": _tool_version(["qemu-system-x86_64", "--version"]),
