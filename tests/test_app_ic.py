@@ -1,11 +1,16 @@
-"""IC pre-processing on known inputs (MLPerf reference semantics) and the model's output shape."""
+"""IC pre-processing on known inputs (MLPerf reference semantics), the model's output shape, and the
+PyTorch backend against the TensorFlow one (same pre- and post-processing), with real BM smoke jobs."""
+
+import json
 
 import numpy as np
 import pytest
+from conftest import smoke_config, snakemake, write_config
 from PIL import Image
 
 from dlvirt.apps.base import ThreadPlan
 from dlvirt.apps.ic import CHANNEL_MEANS, IMAGE_SIZE, ImageClassification, preprocess_image, read_val_map
+from dlvirt.run import dlbs
 
 
 def test_solid_colour_jpeg_becomes_colour_minus_means(tmp_path):
@@ -54,3 +59,106 @@ def test_resnet50_outputs_1000_class_probabilities(tmp_path):
     assert np.allclose(out.sum(axis=1), 1.0, atol=1e-3)
     assert app.model_provenance()["weights"] == "random"
     assert app.infer(app.synthetic_batch(3)).shape == (3, 1000)
+
+
+# -- the PyTorch backend (apps.ic.framework: pytorch) ----------------------------------------------
+
+def ic_app(dataset, framework, processor="CPU", **settings):
+    settings = {"seed": 0, "dataset": {"path": None, "count": 3, "seed": 0}, "weights": {"path": None},
+                "framework": framework, **settings}
+    return ImageClassification(settings, dataset, processor, ThreadPlan("granted", 1, 1, 1, 1))
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ic-jpegs")
+    ImageClassification.prepare_dataset(out, {"dataset": {"path": None, "count": 3, "seed": 4}})
+    return out
+
+
+def test_both_backends_preprocess_and_score_the_same_jpegs_alike(jpegs, tmp_path):
+    keras, torch_ = ic_app(jpegs, "tensorflow"), ic_app(jpegs, "pytorch")
+    inputs = {name: np.stack([app.preprocess(i) for i in range(3)]) for name, app in (("tf", keras), ("pt", torch_))}
+    assert inputs["tf"].shape == (3, IMAGE_SIZE, IMAGE_SIZE, 3) and np.array_equal(inputs["tf"], inputs["pt"])
+    probabilities = np.random.default_rng(1).dirichlet(np.ones(1000), size=3).astype(np.float32)
+    labels = [label for _, label in read_val_map(jpegs)]
+    probabilities[0, labels[0]] = 2.0            # top-1 hit for the first image
+    lines, answers = {}, {}
+    for name, app in (("tf", keras), ("pt", torch_)):
+        app.begin_repetition(tmp_path / name)
+        answers[name] = app.postprocess([0, 1, 2], probabilities)
+        quality = app.end_repetition()
+        lines[name] = (tmp_path / name / "predictions.txt").read_text().splitlines()
+        assert quality["top1"] >= 1 / 3 and quality["scored"] == 3
+    assert lines["tf"] == lines["pt"] and answers["tf"] == answers["pt"]
+    top5 = [int(c) for c in lines["pt"][0].split()[1:]]
+    assert top5[0] == labels[0] and top5 == list(np.argsort(-probabilities[0])[:5])
+
+
+def test_pytorch_resnet50_v15_outputs_probabilities_and_reports_its_device(jpegs):
+    app = ic_app(jpegs, "pytorch")
+    app.load_model()
+    out = app.infer([app.preprocess(0), app.preprocess(1)])
+    assert out.shape == (2, 1000) and np.allclose(out.sum(axis=1), 1.0, atol=1e-4)
+    assert app.infer(app.synthetic_batch(3)).shape == (3, 1000)
+    provenance = app.model_provenance()
+    assert provenance["framework"] == "pytorch" and "v1.5" in provenance["architecture"]
+    assert app.framework_versions()["torch"].startswith("2.")
+    # 25.6 M parameters, torchvision's names, stride 2 in the 3x3 convolution of a down-sampling block
+    model = app.backend.model
+    assert sum(p.numel() for p in model.parameters()) == 25_557_032
+    assert model.layer2[0].conv2.stride == (2, 2) and model.layer2[0].conv1.stride == (1, 1)
+    assert app.gpu_state()["weights_device"] == "cpu"
+
+
+def test_pytorch_weights_come_from_a_state_dict(jpegs, tmp_path):
+    import torch
+
+    app = ic_app(jpegs, "pytorch", seed=3)
+    app.load_model()
+    path = tmp_path / "resnet50.pth"
+    torch.save({"state_dict": app.backend.model.state_dict()}, path)
+    loaded = ic_app(jpegs, "pytorch", seed=9, weights={"path": str(path), "sha256": None})
+    loaded.load_model()
+    batch = app.synthetic_batch(2)
+    assert np.allclose(app.infer(batch), loaded.infer(batch), atol=1e-6)
+    assert loaded.model_provenance()["weights"] == "loaded"
+    torch.save({"fc.weight": torch.zeros(1000, 2048)}, path)
+    with pytest.raises(Exception, match=r"apps.ic.weights.path .*not a ResNet50 state dict"):
+        ic_app(jpegs, "pytorch", weights={"path": str(path), "sha256": None}).load_model()
+
+
+def test_unknown_framework_is_refused_naming_the_key(jpegs):
+    with pytest.raises(Exception, match=r"apps.ic.framework 'mxnet'"):
+        ic_app(jpegs, "mxnet")
+
+
+def test_gpu_scenario_fails_when_the_framework_sees_no_gpu(jpegs, monkeypatch):
+    import tensorflow as tf
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(Exception, match="scenario asks for GPU but PyTorch sees no CUDA device"):
+        ic_app(jpegs, "pytorch", "GPU").load_model()
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    with pytest.raises(Exception, match="scenario asks for GPU but TensorFlow sees no GPU device"):
+        ic_app(jpegs, "tensorflow", "GPU").load_model()
+
+
+@pytest.mark.slow
+def test_pytorch_backend_smoke_jobs_on_bm_under_loadgen_and_dlbs(workflow_dir):
+    config = smoke_config()
+    config["study"].update(apps=["ic"], tools=["mlperf", "dlbs"], matrix=[
+        {"platforms": ["BM"], "cores": [1], "pinning": ["PIN"], "processors": ["CPU"]}])
+    config["apps"]["ic"]["framework"] = "pytorch"
+    path = write_config(workflow_dir / "ic-pytorch.yaml", config)
+    targets = [f"results/runs/{tool}/ic/BM/1/PIN/CPU.json" for tool in ("mlperf", "dlbs")]
+    snakemake(workflow_dir, *targets, "--configfile", str(path))
+    mlperf, dlbs_run = (json.loads((workflow_dir / t).read_text()) for t in targets)
+    for run in (mlperf, dlbs_run):
+        assert run["verified"] and run["model"]["framework"] == "pytorch"
+        assert "v1.5" in run["model"]["architecture"] and run["stack"]["stack"] == "cpu"
+        assert "torch" in run["versions"]
+    assert mlperf["runs"][0]["samples"] == 16 and mlperf["runs"][0]["quality"]["scored"] == 16
+    log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/PIN/CPU" / dlbs_run["runs"][0]["dlbs"]["log"]
+    assert dlbs.parse_log_file(log)["exp.framework"] == "pytorch"

@@ -17,11 +17,13 @@ NO_GPU = [["BM/2/VNL/GPU", "no GPU on this host (nvidia-smi lists none)"]]
 
 
 def row(platform, cores, pinning="VNL", processor="CPU", app="ic", mean=10.0, ci=0.2, tool="mlperf",
-        accel=None, site="local", boot=math.nan, reps=5):
+        accel=None, site="local", boot=math.nan, reps=5, gpu_util=50.0):
+    gpu = processor == "GPU"
     return {"reps": reps, "min_reps": reps, "tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning,
             "processor": processor, "scenario": f"{platform}/{cores}/{pinning}/{processor}", "mean_s": mean,
             "ci95_s": ci, "accel": accel or ("kvm" if platform in ("VM", "VMCN", "MVM") else "none"),
-            "site": site, "boot_s": boot}
+            "site": site, "boot_s": boot, "gpu": "Fixture GPU" if gpu else None,
+            "gpu_util_pct": gpu_util if gpu else math.nan, "gpu_mem_mib": 2048.0 if gpu else math.nan}
 
 
 def verdict(rows, claim, host_cores=4, gaps=()):
@@ -135,6 +137,18 @@ def test_gpu_speedup_under_3x_for_nlp_does_not_hold():
 
 def test_gpu_speedup_near_3x_with_wide_intervals_is_inconclusive():
     assert verdict(gpu_rows(nlp_gpu=31, ci=20), "gpu_speedup")[0] == INCONCLUSIVE
+
+
+def test_gpu_claim_uses_only_rows_that_show_gpu_work():
+    rows = gpu_rows(nlp_gpu=20)
+    for r in rows:
+        if r["processor"] == "GPU" and r["app"] == "nlp":
+            r["gpu_util_pct"] = 0.0            # the GPU stayed idle: not a GPU row
+    got, evidence = verdict(rows, "gpu_speedup", gaps=NO_GPU)
+    assert got == UNTESTABLE and "NLP: no CPU and GPU pair" in evidence
+    for r in rows:
+        r.pop("gpu"), r.pop("gpu_util_pct")   # a summary from before GPU use was verified
+    assert "IC: no CPU and GPU pair" in verdict(rows, "gpu_speedup")[1]
 
 
 def test_gpu_claim_without_gpu_says_why():

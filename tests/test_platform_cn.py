@@ -216,3 +216,12 @@ def test_workflow_rebuilds_the_image_only_when_an_input_changes(engine, cn_image
     changed = snakemake(workdir, "resources/images/cn.json", "--configfile", str(config), "-n")
     assert "cn_image" in changed.stdout
     assert not list((workdir / "resources").glob("engines/*.json"))  # the workflow released its lease
+
+
+def test_pytorch_ic_backend_runs_in_the_container(engine, cn_image, ic_dataset, tmp_path):
+    job = cn_spec(ic_dataset, cn_image, 1, "VNL", app_settings={**IC_SETTINGS, "framework": "pytorch"})
+    result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
+    assert result["verified"] and result["model"]["framework"] == "pytorch" and "torch" in result["versions"]
+    assert result["runs"][0]["observed"]["image"] == cn_image and result["runs"][0]["samples"] == 4
+    assert result["stack"]["stack"] == "cpu"
+    assert our_containers(engine) == []

@@ -25,7 +25,7 @@ COLUMNS = KEY_COLUMNS + [
     "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "mean_s", "ci95_s", "ci_n", "ci_unit",
     "std_s", "between_sd_s", "median_s", "iqr_s", "pre_s", "infer_s", "post_s", "samples", "samples_per_s",
     "loadgen_valid", "accel", "boot_s", "threads_policy", "threads", "dataset_source", "model", "reference_model",
-    "weights", "host", "hardware",
+    "weights", "host", "hardware", "gpu", "gpu_util_pct", "gpu_mem_mib",
 ]
 
 
@@ -62,6 +62,11 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
     every_run = [r for result in results for r in result["runs"]]
     validity = {r.get("loadgen", {}).get("validity") for r in every_run}  # every run must be valid
     boots = [result["platform"]["boot_s"] for result in results if result["platform"].get("boot_s") is not None]
+    # GPU rows: the GPU model, its mean sampled utilisation and the process's peak memory, from
+    # the records the job verified (dlvirt.system.gpu); empty for CPU rows and older results
+    gpus = [r["gpu"] for r in runs if r.get("gpu")]
+    utils = [g["util_mean_pct"] for g in gpus if g.get("util_mean_pct") is not None]
+    peaks = [g["peak_mib"] for g in gpus if g.get("peak_mib") is not None]
     return {
         "tool": first["tool"],
         "app": first["app"],
@@ -100,6 +105,9 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
         "site": first.get("site", LOCAL_SITE),
         # results written before nodes were recorded say so rather than guess
         "hardware": " + ".join(sorted({hardware_label(r["node"]) if "node" in r else "not recorded" for r in results})),
+        "gpu": gpus[0].get("model") if gpus and len(gpus) == len(runs) else None,
+        "gpu_util_pct": float(np.mean(utils)) if utils else None,
+        "gpu_mem_mib": float(max(peaks)) if peaks else None,
     }
 
 

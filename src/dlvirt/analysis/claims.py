@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.analysis.catalog import FIGURES
-from dlvirt.analysis.rows import emulated, with_site
+from dlvirt.analysis.rows import emulated, verified_gpu_rows, with_site
 from dlvirt.analysis.stats import Interval, Mean, above, alike, estimate, lower, ratio, relative_difference
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.plan.leftout import LOCAL_SITE, reasons
@@ -144,7 +144,7 @@ class Study:
         if summary.empty:
             summary = pd.DataFrame(columns=["tool", "app", "platform", "cores", "pinning", "processor",
                                             "mean_s", "ci95_s", "reps", "accel"])
-        frame = with_site(summary)
+        frame = verified_gpu_rows(with_site(summary))
         frame["emulated"] = emulated(frame)
         if "vmm" in frame:  # MVM rows are told apart by their VMM (QEMU's microvm vs Firecracker)
             vmm = frame["vmm"].where(frame["vmm"].notna() & (frame["platform"] == "MVM"), "")

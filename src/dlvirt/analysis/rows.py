@@ -35,7 +35,22 @@ def load_summaries(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
     frames = [f for f in (load_summary(p) for p in paths) if not f.empty]
     if not frames:
         return pd.DataFrame()
-    return with_site(pd.concat(frames, ignore_index=True))
+    return verified_gpu_rows(with_site(pd.concat(frames, ignore_index=True)))
+
+
+def verified_gpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the GPU rows that do not show GPU work: a GPU row counts only with the GPU
+    model and a non-zero sampled utilisation recorded (results from before GPU use was verified,
+    or written by hand, have neither). CPU rows all stay."""
+    if frame.empty or "processor" not in frame:
+        return frame
+    gpu = frame["processor"] == "GPU"
+    if not gpu.any():
+        return frame
+    model = frame["gpu"] if "gpu" in frame else pd.Series(None, index=frame.index, dtype=object)
+    util = frame["gpu_util_pct"] if "gpu_util_pct" in frame else pd.Series(float("nan"), index=frame.index)
+    shown = model.notna() & model.astype(str).ne("") & pd.to_numeric(util, errors="coerce").gt(0)
+    return frame[~gpu | shown]
 
 
 def with_site(frame: pd.DataFrame) -> pd.DataFrame:

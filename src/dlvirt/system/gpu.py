@@ -89,8 +89,8 @@ def sample() -> list[dict[str, float]] | None:
     if rows is None:
         return None
     apps = _smi("--query-compute-apps=pid,used_memory") or []
-    mine = sum(float(r[1]) for r in apps if len(r) >= 2 and r[0] == str(pid))
-    return [{"util_pct": float(r[0]), "used_mib": float(r[1]), "process_mib": mine if mine else float("nan")}
+    own_mib = sum(float(r[1]) for r in apps if len(r) >= 2 and r[0] == str(pid))
+    return [{"util_pct": float(r[0]), "used_mib": float(r[1]), "process_mib": own_mib or float("nan")}
             for r in rows if len(r) >= 2]
 
 
