@@ -33,6 +33,9 @@ from dlvirt.platforms.base import PlatformError, verify
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.platforms.vm import URI, VirtualMachine, quiet_libvirt, domain_xml, parse_pci_address
 from dlvirt.core.scenario import Scenario
+from dlvirt.system import topology
+from dlvirt.system.topology import place
+from sysfs_fixtures import contiguous_two_socket
 
 CAPS = capabilities()
 HOST_CPUS = sorted(os.sched_getaffinity(0))
@@ -116,7 +119,8 @@ def test_gpu_passthrough_and_pinning_in_the_domain_xml(tmp_path):
     pci = parse_pci_address("0000:3b:00.1", "platforms.VM.gpu_pci_address")
     xml = domain_xml(name="dlvirt-1-abc", accel="kvm", vcpus=2, memory_mib=1024, kernel=tmp_path / "k",
                      initrd=tmp_path / "i", cmdline="console=ttyS0", root_disk=tmp_path / "r.qcow2",
-                     job_disk=tmp_path / "j.img", console=tmp_path / "c.log", pinned_cpus=(4, 5), gpu_pci=pci)
+                     job_disk=tmp_path / "j.img", console=tmp_path / "c.log", gpu_pci=pci,
+                     placement=place(topology.read(contiguous_two_socket(tmp_path)), 2, allowed={4, 5, 6}))
     dom = ET.fromstring(xml)
     assert dom.get("type") == "kvm" and dom.findtext("name") == "dlvirt-1-abc"
     hostdev = dom.find("devices/hostdev")
@@ -124,7 +128,7 @@ def test_gpu_passthrough_and_pinning_in_the_domain_xml(tmp_path):
     assert hostdev.find("source/address").attrib == {"domain": "0x0000", "bus": "0x3b", "slot": "0x00",
                                                      "function": "0x1"}
     assert [(p.get("vcpu"), p.get("cpuset")) for p in dom.findall("cputune/vcpupin")] == [("0", "4"), ("1", "5")]
-    assert dom.find("cputune/emulatorpin").get("cpuset") == "4,5"
+    assert dom.find("cputune/emulatorpin").get("cpuset") == "6"  # a spare core of the vCPUs' node
     assert dom.find("devices/interface") is None  # no network at all
     assert {e: dom.findtext(e) for e in ("on_poweroff", "on_reboot", "on_crash")} == dict.fromkeys(
         ("on_poweroff", "on_reboot", "on_crash"), "destroy")

@@ -244,6 +244,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cpus(args: argparse.Namespace) -> int:
+    import os
+
+    from dlvirt.system import topology
+
+    try:
+        topo = topology.read(args.sysfs or "/")
+        # on this host only the CPUs this process may use; a fixture tree has no such limit
+        allowed = None if args.sysfs else os.sched_getaffinity(0)
+        placed = topology.place(topo, args.cores, args.placement, allowed)
+    except (topology.TopologyError, OSError, ValueError) as exc:
+        print(f"dlvirt cpus: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"cpus": list(placed.cpus), "mems": list(placed.mems), "sockets": placed.sockets,
+                      "nodes": placed.nodes, "policy": placed.policy}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dlvirt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -251,6 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("host", help="write the host facts JSON")
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_host)
+
+    p = sub.add_parser("cpus", help="show, as JSON, the CPUs and memory nodes a PIN scenario of N cores gets")
+    p.add_argument("--cores", type=int, required=True)
+    p.add_argument("--placement", default="compact", choices=["compact", "spread", "smt"],
+                   help="the platforms.placement policy")
+    p.add_argument("--sysfs", default=None, metavar="ROOT",
+                   help="a directory holding sys/devices/system (a fixture of another host); default: this host")
+    p.set_defaults(func=_cmd_cpus)
 
     p = sub.add_parser("dataset", help="generate or register an app's dataset")
     p.add_argument("--app", required=True)

@@ -173,8 +173,9 @@ def benchmark_spec(job):
 
 
 def platform_settings(platform):
-    """The platform's config section; for CN with ``image`` set to the image its jobs run."""
-    settings = config["platforms"].get(platform, {})
+    """The platform's config section with the placement policy of PIN scenarios; for CN with
+    ``image`` set to the image its jobs run."""
+    settings = {**config["platforms"].get(platform, {}), "placement": config["platforms"]["placement"]}
     return {**settings, "image": CN_IMAGE} if platform == "CN" else settings
 
 

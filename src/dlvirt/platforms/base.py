@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
+from dlvirt.system import topology
 from dlvirt.system.engines import Daemon
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.core.scenario import Scenario
@@ -40,6 +41,9 @@ class Expected:
     cgroup_id: str | None = None           # must appear in the harness's CPU cgroup path (a container's id)
     image: str | None = None               # the image tag the harness reads from inside its image
     memory_limit_bytes: int | None = None  # the cgroup memory limit the harness lives under
+    mems: tuple[int, ...] | None = None    # the memory nodes it may allocate on (Mems_allowed_list)
+    sockets: int | None = None             # sockets its CPUs span, on the topology it sees
+    nodes: int | None = None               # NUMA nodes its CPUs span, on the topology it sees
 
 
 def _cpu_cgroup_paths(cgroup: dict[str, str]) -> list[str]:
@@ -77,6 +81,13 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
     if expected.memory_limit_bytes is not None and observed.get("memory_limit_bytes") != expected.memory_limit_bytes:
         problems.append(f"memory limit {observed.get('memory_limit_bytes')} bytes != requested "
                         f"{expected.memory_limit_bytes}")
+    seen = observed.get("placement") or {}
+    if expected.mems is not None and tuple(seen.get("mems") or ()) != tuple(expected.mems):
+        problems.append(f"memory nodes {seen.get('mems')} != requested {list(expected.mems)}")
+    for key in ("sockets", "nodes"):
+        want = getattr(expected, key)
+        if want is not None and seen.get(key) != want:
+            problems.append(f"CPUs span {seen.get(key)} {key} != expected {want}")
     return problems
 
 
@@ -121,13 +132,15 @@ class Platform(ABC):
         section); the workflow starts them at its start when none answers (``dlvirt.system.engines``)."""
         return []
 
-    @staticmethod
-    def pinned_cpus(caps_cpus: tuple[int, ...], cores: int) -> tuple[int, ...]:
-        """The host CPUs a pinned scenario gets: the first ``cores`` the runner may use, so that
-        small instances stay on one socket/NUMA node as on the paper's server."""
-        if cores > len(caps_cpus):
-            raise PlatformError(f"{cores} pinned cores requested, only {len(caps_cpus)} available")
-        return tuple(caps_cpus[:cores])
+    def place(self, allowed: tuple[int, ...], root: Path | str = "/") -> topology.Placement:
+        """The CPUs and memory nodes a pinned scenario gets among ``allowed`` (the CPUs the runner
+        may use), by the ``placement`` policy in this platform's settings (``platforms.placement``)
+        on the topology under ``root``: small instances stay on one socket/NUMA node."""
+        policy = str(self.config.get("placement") or topology.DEFAULT_POLICY)
+        try:
+            return topology.place(topology.read(root), self.scenario.cores, policy, allowed)
+        except topology.TopologyError as exc:
+            raise PlatformError(str(exc)) from None
 
     @abstractmethod
     def provision(self) -> None:

@@ -1,7 +1,8 @@
 """Bare metal (BM): the harness as a plain host process.
 
-``BM/N/PIN`` sets the harness's CPU affinity to N host cores (sched_setaffinity, what a cpuset does
-for one process). ``BM/N/VNL`` leaves every host core visible but puts the harness in a cgroup
+``BM/N/PIN`` sets the harness's CPU affinity to the N host cores placement picks (sched_setaffinity,
+what a cpuset does for one process) and, where the host has more NUMA nodes than those cores use, a
+cpuset cgroup binds its memory to their nodes (``cpuset.mems``). ``BM/N/VNL`` leaves every host core visible but puts the harness in a cgroup
 with a CFS quota of N cores: the mechanism behind Docker's ``--cpus``, so BM and CN are comparable.
 """
 
@@ -13,9 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups
-
-from dlvirt.system import observe
+from dlvirt.system import cgroups, observe, topology
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import Expected, Platform, PlatformError
@@ -59,10 +58,17 @@ class BareMetal(Platform):
         self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))
         self.host_quota = cgroups.effective_quota_cores()
         self.host_virt = observe.virtualization()
+        self.host_mems = topology.mems_allowed()
         self.cgroup: cgroups.Cgroup | None = None
         self.cpus: tuple[int, ...] = self.host_cpus
+        self.placement: topology.Placement | None = None
+        self.mems = self.host_mems
         if self.scenario.pinned:
-            self.cpus = self.pinned_cpus(self.host_cpus, self.scenario.cores)
+            self.placement = self.place(self.host_cpus)
+            self.cpus = self.placement.cpus
+            if self.host_mems is not None and set(self.placement.mems) < set(self.host_mems):
+                self.mems = self.placement.mems
+                self.cgroup = cgroups.create(f"dlvirt-{self.run_id}", cpus=self.cpus, mems=self.mems)
         else:
             self.cgroup = cgroups.create(f"dlvirt-{self.run_id}", quota_cores=float(self.scenario.cores))
 
@@ -88,8 +94,10 @@ class BareMetal(Platform):
         quota = self.host_quota
         if not self.scenario.pinned:
             quota = float(self.scenario.cores) if quota is None else min(quota, float(self.scenario.cores))
+        placed = self.placement
         return Expected(affinity=self.cpus, nproc=len(self.cpus), quota_cores=quota,
-                        container=self.host_virt["container"], vm=self.host_virt["vm"])
+                        container=self.host_virt["container"], vm=self.host_virt["vm"], mems=self.mems,
+                        sockets=placed.sockets if placed else None, nodes=placed.nodes if placed else None)
 
     def teardown(self) -> None:
         group = getattr(self, "cgroup", None)
@@ -98,6 +106,11 @@ class BareMetal(Platform):
             self.cgroup = None
 
     def describe(self) -> dict[str, Any]:
-        mechanism = "sched_setaffinity" if self.scenario.pinned else f"cgroup v{cgroups.version()} CFS quota"
+        if self.scenario.pinned:
+            mechanism = "sched_setaffinity" + (f" + cgroup v{cgroups.version()} cpuset.mems" if self.cgroup else "")
+        else:
+            mechanism = f"cgroup v{cgroups.version()} CFS quota"
         return {"platform": self.name, "engine": "host process", "cpu_mechanism": mechanism,
-                "accel": "none", "cpus": list(self.cpus)}
+                "accel": "none", "cpus": list(self.cpus),
+                "placement": self.placement.to_dict() if self.placement else None,
+                "mems": list(self.mems) if self.mems is not None else None}

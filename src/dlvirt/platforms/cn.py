@@ -31,6 +31,7 @@ from dlvirt.system import docker_engine
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
+from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
 from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
 from dlvirt.core.scenario import Scenario
 
@@ -55,11 +56,7 @@ def nvidia_toolkit() -> bool:
 
 def online_cpus() -> tuple[int, ...]:
     """The host's online CPUs (what a container without a cpuset gets)."""
-    cpus: list[int] = []
-    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
-        first, _, last = part.partition("-")
-        cpus.extend(range(int(first), int(last or first) + 1))
-    return tuple(cpus)
+    return parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
 
 
 class Container(Platform):
@@ -113,8 +110,10 @@ class Container(Platform):
             raise PlatformError(f"the Docker engine at {docker_engine.engine_url(self.config)} has {self.engine['NCPU']} "
                                 f"CPUs, this host {len(online_cpus())}: CN jobs need the engine of the host they run on")
         self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))
-        if self.scenario.pinned:
-            self.cpus = self.pinned_cpus(self.host_cpus, self.scenario.cores)
+        self.placement: Placement | None = None
+        if self.scenario.pinned:  # the placement's CPUs and memory nodes: --cpuset-cpus, --cpuset-mems
+            self.placement = self.place(self.host_cpus)
+            self.cpus = self.placement.cpus
         else:  # no cpuset: the container gets every CPU of the engine's host
             self.cpus = online_cpus()
         self.memory = memory_bytes(self.config.get("memory", "8g"))
@@ -123,8 +122,9 @@ class Container(Platform):
         mounts = [Mount(str(p), str(p), type="bind", read_only=True) for p in job_input_paths(job)]
         mounts += [Mount(JOB_PATH, str(job_path), type="bind", read_only=True),
                    Mount(OUT_DIR, str(out_dir), type="bind", read_only=False)]
-        cpu: dict[str, Any] = {"cpuset_cpus": ",".join(str(c) for c in self.cpus)} if self.scenario.pinned \
-            else {"nano_cpus": int(self.scenario.cores * 1e9)}
+        cpu: dict[str, Any] = {"nano_cpus": int(self.scenario.cores * 1e9)}
+        if self.placement is not None:
+            cpu = {"cpuset_cpus": format_cpulist(self.cpus), "cpuset_mems": format_cpulist(self.placement.mems)}
         gpus: dict[str, Any] = {}
         if self.scenario.processor == "GPU":
             wanted = str(self.config.get("gpus", "all"))
@@ -184,7 +184,9 @@ class Container(Platform):
             quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
             container="docker", vm=None,  # the container cannot tell its hypervisor as the host does
             cgroup_id=self.container.id, memory_limit_bytes=self.memory,
-            image=self.image_label)
+            image=self.image_label, mems=self.placement.mems if self.placement else None,
+            sockets=self.placement.sockets if self.placement else None,
+            nodes=self.placement.nodes if self.placement else None)
 
     def teardown(self) -> None:
         container = getattr(self, "container", None)
@@ -198,9 +200,10 @@ class Container(Platform):
             self.client = None
 
     def describe(self) -> dict[str, Any]:
-        mechanism = "--cpuset-cpus" if self.scenario.pinned else "--cpus (CFS quota)"
+        mechanism = "--cpuset-cpus + --cpuset-mems" if self.scenario.pinned else "--cpus (CFS quota)"
         return {"platform": self.name, "engine": f"docker {self.engine.get('ServerVersion')}",
                 "engine_url": docker_engine.engine_url(self.config), "cgroup_driver": self.engine.get("CgroupDriver"),
-                "cpu_mechanism": mechanism, "accel": "none", "cpus": list(self.cpus), "image": self.image,
+                "cpu_mechanism": mechanism, "accel": "none", "cpus": list(self.cpus),
+                "placement": self.placement.to_dict() if self.placement else None, "image": self.image,
                 "image_id": self.image_id, "memory_bytes": self.memory, "network": "none",
                 "start_to_harness_s": getattr(self, "start_to_harness_s", None)}

@@ -248,8 +248,9 @@ class GuestPlatform(Platform):
         self.boot_files = BootFiles.resolve(self.config, self.image_variant, self.name)
         self.accel = planned_accel(self.caps)
         self.vcpus = self.scenario.cores
-        self.host_cpus = self.pinned_cpus(tuple(sorted(os.sched_getaffinity(0))), self.vcpus) \
-            if self.scenario.pinned else None
+        self.placement = self.place(tuple(sorted(os.sched_getaffinity(0)))) if self.scenario.pinned else None
+        # vCPU i runs on host_cpus[i]: node by node, core by core, so guest sockets match host nodes
+        self.host_cpus = self.placement.vcpu_order if self.placement else None
 
     def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         guest_job, files = guest_inputs(job)
@@ -375,6 +376,7 @@ class GuestPlatform(Platform):
             "guest_total_s": run.total_s if run else None,
             "vcpus": self.vcpus,
             "pinned_host_cpus": list(self.host_cpus) if self.host_cpus else None,
+            "placement": self.placement.to_dict() if self.placement else None,
             "kernel": str(self.boot_files.kernel),
             "image": self.boot_files.image,
             "host_observed": run.host_observed if run else {},

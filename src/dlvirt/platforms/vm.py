@@ -1,8 +1,12 @@
 """Virtual machine (VM): a transient libvirt/QEMU domain per job, named ``dlvirt-<run id>``.
 
-``VM/N/VNL``: N vCPUs, left to the host scheduler. ``VM/N/PIN``: ``<cputune>`` pins vCPU i to the
-i-th granted host core and the emulator threads to the same cores; the host checks the vCPU
-threads' affinity while the guest runs. ``VM/N/*/GPU``: a ``<hostdev>`` PCI passthrough of
+``VM/N/VNL``: N vCPUs, left to the host scheduler. ``VM/N/PIN``: the placement's host cores
+(``platforms.placement``), vCPU i on the i-th of them (``<cputune><vcpupin>``); the guest gets the
+host's split: ``<cpu><topology>`` with one guest socket per host socket used and a guest NUMA
+``<cell>`` per host node used, each cell's memory bound to its host node (``<numatune>``). The
+emulator threads (QEMU's main loop, its I/O) go to a spare CPU of the first node when there is one,
+else onto the vCPUs' cores (recorded). The host checks the vCPU threads' affinity while the guest
+runs; the guest checks its sockets, nodes and memory nodes from inside. ``VM/N/*/GPU``: a ``<hostdev>`` PCI passthrough of
 ``platforms.VM.gpu_pci_address``. KVM when it really works, else TCG (``allow_emulation``).
 
 libvirtd and virtlogd are used when they answer; otherwise dlvirt starts them itself through
@@ -12,18 +16,21 @@ libvirtd and virtlogd are used when they answer; otherwise dlvirt starts them it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import socket
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlvirt.system import engines
 from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
 from dlvirt.system.hostinfo import Capabilities
-from dlvirt.platforms.base import PlatformError
+from dlvirt.platforms.base import Expected, PlatformError
 from dlvirt.core.scenario import Scenario
+from dlvirt.system.topology import Placement, format_cpulist
 
 URI = "qemu:///system"
 VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")
@@ -65,28 +72,79 @@ def parse_pci_address(address: str, key: str) -> dict[str, str]:
     return {"domain": f"0x{domain or '0000'}", "bus": f"0x{bus}", "slot": f"0x{slot}", "function": f"0x{function}"}
 
 
+@dataclass(frozen=True)
+class GuestLayout:
+    """The guest's CPU topology and NUMA cells for a pinned VM, mirroring the host placement."""
+
+    sockets: int
+    cores: int
+    threads: int
+    cells: tuple[tuple[int, tuple[int, ...]], ...]   # (host node, the vCPUs of that guest cell)
+    emulator_cpus: tuple[int, ...]
+    note: str | None                                 # why the guest does not mirror the host exactly
+
+    def to_dict(self) -> dict[str, object]:
+        return {"sockets": self.sockets, "cores": self.cores, "threads": self.threads,
+                "cells": [{"host_node": n, "vcpus": list(v)} for n, v in self.cells],
+                "emulator_cpus": list(self.emulator_cpus), "note": self.note}
+
+
+def guest_layout(placement: Placement) -> GuestLayout:
+    order = placement.vcpu_order
+    vcpus = len(order)
+    nodes = list(dict.fromkeys(placement.node_of[c] for c in order))
+    cells = tuple((n, tuple(i for i, c in enumerate(order) if placement.node_of[c] == n)) for n in nodes)
+    per_socket: dict[int, int] = {}
+    for cpu in order:
+        per_socket[placement.socket_of[cpu]] = per_socket.get(placement.socket_of[cpu], 0) + 1
+    threads, sockets, notes = placement.threads_per_core, len(per_socket), []
+    if len(set(per_socket.values())) != 1 or vcpus % (sockets * threads):
+        notes.append(f"vCPUs split unevenly over host sockets {per_socket}: the guest has one socket")
+        sockets, threads = 1, 1 if vcpus % threads else threads
+    if placement.spare_cpu is not None:
+        emulator: tuple[int, ...] = (placement.spare_cpu,)
+    else:
+        emulator = tuple(sorted(order))
+        notes.append("no spare CPU on the placement's node: the emulator threads share the vCPUs' cores")
+    return GuestLayout(sockets=sockets, cores=vcpus // (sockets * threads), threads=threads, cells=cells,
+                       emulator_cpus=emulator, note="; ".join(notes) or None)
+
+
 def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Path, initrd: Path,
                cmdline: str, root_disk: Path, job_disk: Path, console: Path,
-               pinned_cpus: tuple[int, ...] | None = None, gpu_pci: dict[str, str] | None = None,
+               placement: Placement | None = None, gpu_pci: dict[str, str] | None = None,
                emulator: str = "/usr/bin/qemu-system-x86_64") -> str:
     """The libvirt domain for one job: no network, serial console to a file, destroyed on
-    power-off, reboot or crash."""
+    power-off, reboot or crash. ``placement``: a pinned VM (see the module docstring)."""
     dom = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
     ET.SubElement(dom, "name").text = name
     ET.SubElement(dom, "memory", unit="MiB").text = str(memory_mib)
     ET.SubElement(dom, "vcpu", placement="static").text = str(vcpus)
-    if pinned_cpus is not None:
+    layout = guest_layout(placement) if placement is not None else None
+    if placement is not None and layout is not None:
         tune = ET.SubElement(dom, "cputune")
-        for vcpu, cpu in enumerate(pinned_cpus):
+        for vcpu, cpu in enumerate(placement.vcpu_order):
             ET.SubElement(tune, "vcpupin", vcpu=str(vcpu), cpuset=str(cpu))
-        ET.SubElement(tune, "emulatorpin", cpuset=",".join(str(c) for c in pinned_cpus))
+        ET.SubElement(tune, "emulatorpin", cpuset=format_cpulist(layout.emulator_cpus))
+        numatune = ET.SubElement(dom, "numatune")
+        ET.SubElement(numatune, "memory", mode="strict", nodeset=format_cpulist(placement.mems))
+        for cell, (node, _) in enumerate(layout.cells):
+            ET.SubElement(numatune, "memnode", cellid=str(cell), mode="strict", nodeset=str(node))
     os_el = ET.SubElement(dom, "os")
     ET.SubElement(os_el, "type", arch="x86_64", machine="pc").text = "hvm"
     ET.SubElement(os_el, "kernel").text = str(kernel)
     ET.SubElement(os_el, "initrd").text = str(initrd)
     ET.SubElement(os_el, "cmdline").text = cmdline
     ET.SubElement(ET.SubElement(dom, "features"), "acpi")
-    ET.SubElement(dom, "cpu", mode="host-passthrough" if accel == "kvm" else "maximum")
+    cpu = ET.SubElement(dom, "cpu", mode="host-passthrough" if accel == "kvm" else "maximum")
+    if layout is not None:
+        ET.SubElement(cpu, "topology", sockets=str(layout.sockets), dies="1", cores=str(layout.cores),
+                      threads=str(layout.threads))
+        numa = ET.SubElement(cpu, "numa")
+        shares = [memory_mib * len(v) // vcpus for _, v in layout.cells]
+        shares[-1] += memory_mib - sum(shares)
+        for cell, ((_, cell_vcpus), mib) in enumerate(zip(layout.cells, shares, strict=True)):
+            ET.SubElement(numa, "cell", id=str(cell), cpus=format_cpulist(cell_vcpus), memory=str(mib), unit="MiB")
     for event in ("on_poweroff", "on_reboot", "on_crash"):  # -no-reboot: the guest ends the domain
         ET.SubElement(dom, event).text = "destroy"
     devices = ET.SubElement(dom, "devices")
@@ -157,7 +215,18 @@ class VirtualMachine(GuestPlatform):
             name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=int(self.config.get("memory_mib", 4096)),
             kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
             cmdline=kernel_cmdline(str(self.config.get("cmdline_extra") or "")), root_disk=root_disk,
-            job_disk=job_disk, console=console, pinned_cpus=self.host_cpus, gpu_pci=self.gpu_pci)
+            job_disk=job_disk, console=console, placement=self.placement, gpu_pci=self.gpu_pci)
+
+    def guest_span(self) -> dict[str, Any]:
+        """What a pinned guest must see inside: the sockets and NUMA cells its domain gives it,
+        all their memory nodes allowed (nothing to check for VNL)."""
+        if self.placement is None:
+            return {}
+        layout = guest_layout(self.placement)
+        return {"mems": tuple(range(len(layout.cells))), "sockets": layout.sockets, "nodes": len(layout.cells)}
+
+    def expected(self) -> Expected:
+        return dataclasses.replace(super().expected(), **self.guest_span())
 
     def _start_vmm(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> None:
         libvirt = quiet_libvirt()
@@ -208,6 +277,8 @@ class VirtualMachine(GuestPlatform):
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
         facts.update({"engine": "libvirt", "vmm": "qemu", "domain": self.domain_name,
-                      "cpu_mechanism": "libvirt <cputune><vcpupin>" if self.host_cpus else "unpinned vCPUs",
+                      "cpu_mechanism": ("libvirt <vcpupin> + <numatune> + guest NUMA cells" if self.placement
+                                        else "unpinned vCPUs"),
+                      "guest_layout": guest_layout(self.placement).to_dict() if self.placement else None,
                       "gpu_pci": self.gpu_pci})
         return facts

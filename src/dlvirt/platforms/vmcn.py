@@ -72,7 +72,9 @@ class ContainerInVM(VirtualMachine):
         spec = self.disk_dir / SPEC
         write_json_atomic(spec, {
             "scenario": self.scenario.to_dict(), "run_id": self.run_id, "timeout_s": timeout_s,
-            "container": {"image": self.image, "memory": self.config.get("container_memory", "8g")}})
+            "container": {"image": self.image, "memory": self.config.get("container_memory", "8g"),
+                          # the guest mirrors the host nodes its vCPUs use: place the cpuset there
+                          "placement": self.config.get("placement")}})
         out = self.execute(self.guest_script(guest_job), timeout_s, files={**files, SPEC: spec}, job=guest_job)
         spec.unlink()
         self.container_facts = read_json(out / CONTAINER_FACTS)
@@ -85,7 +87,8 @@ class ContainerInVM(VirtualMachine):
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus,
                         quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
                         container="docker", vm=None,
-                        memory_limit_bytes=memory_bytes(self.config.get("container_memory", "8g")))
+                        memory_limit_bytes=memory_bytes(self.config.get("container_memory", "8g")),
+                        **self.guest_span())
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()

@@ -198,6 +198,7 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
         times_ms = _time_experimenter(job, params, log_file)
         backend = "DLBS experimenter"
     finished = datetime.now(UTC)
+    observe.resample_ran_on(observed)
     infer_s = float(times_ms.sum()) / 1000.0
     samples = params["exp.effective_batch"] * len(times_ms)
     summary = results(params, times_ms)

@@ -197,6 +197,7 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     finished = datetime.now(UTC)
+    observe.resample_ran_on(observed)
     quality = app.end_repetition()
     if pipeline.error is not None:
         raise RuntimeError(f"repetition {rep} failed: {pipeline.error!r}") from pipeline.error

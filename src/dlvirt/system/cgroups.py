@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlvirt.system.topology import format_cpulist
+
 ROOT = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
 
@@ -89,30 +91,43 @@ class Cgroup:
             raise CgroupError("could not remove cgroup(s): " + "; ".join(errors))
 
 
-def _cpulist(cpus: list[int] | tuple[int, ...]) -> str:
-    return ",".join(str(c) for c in sorted(cpus))
+def _v2_enable(root: Path, wanted: list[str]) -> None:
+    """Enable ``wanted`` controllers for the children of the v2 root. The root may hold processes
+    (the no-internal-process rule spares it), so dlvirt's cgroups are leaves right under it."""
+    controllers = (root / "cgroup.controllers").read_text().split()
+    missing = [c for c in wanted if c not in controllers]
+    if missing:
+        raise CgroupError(f"cgroup v2 at {root} lacks controller(s) {missing}")
+    control = root / "cgroup.subtree_control"
+    if not os.access(control, os.W_OK):
+        raise CgroupError(f"cannot write {control}: dlvirt's cgroup v2 groups need root, or a delegated "
+                          "tree (systemd: run under a unit with Delegate=yes, e.g. systemd-run --scope "
+                          "-p Delegate=yes) whose controllers include " + " ".join(wanted))
+    enabled = control.read_text().split()
+    for controller in wanted:
+        if controller not in enabled:
+            control.write_text(f"+{controller}\n")
 
 
-def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...] | None = None) -> Cgroup:
-    """Create cgroup ``name`` limited by a CFS quota of ``quota_cores`` and/or the cpuset ``cpus``."""
+def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...] | None = None,
+           mems: tuple[int, ...] | None = None) -> Cgroup:
+    """Create cgroup ``name`` limited by a CFS quota of ``quota_cores`` and/or the cpuset ``cpus``
+    with its memory nodes ``mems`` (default: the parent's)."""
     group = Cgroup()
+    pinned = cpus is not None or mems is not None
     try:
         root = _v2_root()
         if root is not None:
-            controllers = (root / "cgroup.controllers").read_text().split()
-            wanted = [c for c, on in (("cpu", quota_cores is not None), ("cpuset", cpus is not None)) if on]
-            missing = [c for c in wanted if c not in controllers]
-            if missing:
-                raise CgroupError(f"cgroup v2 at {root} lacks controller(s) {missing}")
-            enabled = (root / "cgroup.subtree_control").read_text().split()
-            for controller in wanted:
-                if controller not in enabled:
-                    (root / "cgroup.subtree_control").write_text(f"+{controller}\n")
+            wanted = [c for c, on in (("cpu", quota_cores is not None), ("cpuset", pinned)) if on]
+            _v2_enable(root, wanted)
             directory = root / name
             directory.mkdir()
             group.dirs.append(directory)
+            # cpuset.mems before cpuset.cpus, as v1 needs: an empty v2 file means the parent's
+            if mems is not None:
+                (directory / "cpuset.mems").write_text(format_cpulist(mems))
             if cpus is not None:
-                (directory / "cpuset.cpus").write_text(_cpulist(cpus))
+                (directory / "cpuset.cpus").write_text(format_cpulist(cpus))
             if quota_cores is not None:
                 quota = math.ceil(quota_cores * CFS_PERIOD_US)
                 (directory / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}\n")
@@ -126,15 +141,18 @@ def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...]
             group.dirs.append(directory)
             (directory / "cpu.cfs_period_us").write_text(f"{CFS_PERIOD_US}\n")
             (directory / "cpu.cfs_quota_us").write_text(f"{math.ceil(quota_cores * CFS_PERIOD_US)}\n")
-        if cpus is not None:
+        if pinned:
             base = _v1_dir("cpuset")
             if base is None:
                 raise CgroupError("no cgroup v1 cpuset controller mounted under /sys/fs/cgroup")
             directory = base / name
             directory.mkdir()
             group.dirs.append(directory)
-            (directory / "cpuset.mems").write_text((base / "cpuset.mems").read_text())
-            (directory / "cpuset.cpus").write_text(_cpulist(cpus))
+            # a v1 cpuset starts empty: both files must be set before a task may join
+            (directory / "cpuset.mems").write_text(format_cpulist(mems) if mems is not None
+                                                   else (base / "cpuset.mems").read_text())
+            (directory / "cpuset.cpus").write_text(format_cpulist(cpus) if cpus is not None
+                                                   else (base / "cpuset.cpus").read_text())
         return group
     except BaseException:
         group.remove()

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups
+from dlvirt.system import cgroups, topology
 
 
 @dataclass(frozen=True)
@@ -103,27 +103,6 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _numa_nodes() -> dict[str, str]:
-    nodes: dict[str, str] = {}
-    base = Path("/sys/devices/system/node")
-    for node in sorted(base.glob("node[0-9]*")):
-        try:
-            nodes[node.name] = (node / "cpulist").read_text().strip()
-        except OSError:
-            continue
-    return nodes
-
-
-def _sockets() -> int:
-    ids = set()
-    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
-        try:
-            ids.add(path.read_text().strip())
-        except OSError:
-            continue
-    return len(ids) or 1
-
-
 def memory_bytes() -> int:
     """This host's memory (MemTotal), in bytes."""
     for line in Path("/proc/meminfo").read_text().splitlines():
@@ -184,7 +163,7 @@ def node_identity() -> dict[str, Any]:
         "hostname": uname.node,
         "cpu_model": _cpu_model(),
         "logical_cpus_online": os.cpu_count(),
-        "sockets": _sockets(),
+        "sockets": len(topology.read().packages),
         "memory_bytes": memory_bytes(),
         "arch": uname.machine,
     }
@@ -210,9 +189,11 @@ def slurm_allocation() -> dict[str, Any] | None:
 def facts() -> dict[str, Any]:
     caps = capabilities()
     uname = platform.uname()
+    topo = topology.read().describe()
     return {
         **node_identity(),
-        "numa_nodes": _numa_nodes(),
+        "numa_nodes": topo["numa_nodes"],
+        "threads_per_core": topo["threads_per_core"],
         "kernel": uname.release,
         "os": _os_release(),
         "in_container": os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"),

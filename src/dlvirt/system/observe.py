@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups
+from dlvirt.system import cgroups, topology
 
 # Written into dlvirt's CN image at build time (envs/cn.Dockerfile).
 IMAGE_TAG_FILE = "/etc/dlvirt-image"
@@ -76,10 +76,38 @@ def image_tag() -> str | None:
         return None
 
 
+def placement(affinity: list[int]) -> dict[str, Any]:
+    """Where this process runs, as its kernel shows it: the memory nodes it may allocate on
+    (``Mems_allowed_list``), the sockets and nodes its affinity spans (this machine's sysfs: a
+    guest's own topology inside a VM) and the nodes its threads last ran on (a sample)."""
+    try:
+        topo = topology.read()
+    except topology.TopologyError:
+        return {"mems": None, "sockets": None, "nodes": None, "ran_on_nodes": None}
+    span = topo.span(affinity)
+    mems = topology.mems_allowed()
+    return {"mems": list(mems) if mems is not None else None, "sockets": span["sockets"], "nodes": span["nodes"],
+            "ran_on_nodes": ran_on_nodes(topo)}
+
+
+def ran_on_nodes(topo: topology.Topology | None = None) -> list[int]:
+    """The NUMA nodes this process's threads last ran on."""
+    topo = topo or topology.read()
+    return topo.span(topology.threads_ran_on())["node_ids"]  # type: ignore[no-any-return]
+
+
+def resample_ran_on(observed: dict[str, Any]) -> None:
+    """Add the nodes the threads ran on now (at a repetition's end) to ``observed``'s sample."""
+    seen = observed["placement"].get("ran_on_nodes")
+    if seen is not None:
+        observed["placement"]["ran_on_nodes"] = sorted(set(seen) | set(ran_on_nodes()))
+
+
 def observe() -> dict[str, Any]:
     affinity = sorted(os.sched_getaffinity(0))
     return {
         "affinity": affinity,
+        "placement": placement(affinity),
         "nproc": len(affinity),
         "cpu_count": os.cpu_count(),
         "quota_cores": cgroups.effective_quota_cores(),
