@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import smoke_config, snakemake, write_config
+from conftest import copy_workflow, smoke_config, snakemake, write_config
 from dlvirt.system import engines
 from dlvirt.platforms import guest
 from dlvirt.platforms import guestimage
@@ -147,8 +147,9 @@ def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_da
         assert verify(vm.expected(), observed) == []
     # from the host, while the guest ran: vCPU i's thread may run on host CPU i only
     assert facts["host_observed"]["vcpu_thread_affinity"] == {"0": HOST_CPUS[:1], "1": HOST_CPUS[1:2]}
-    # from inside: the requested vCPU count, and a QEMU guest
+    # from inside: the requested vCPU count, and a QEMU guest with one NUMA cell on one socket
     assert observed["nproc"] == 2 and observed["cpu_count"] == 2
+    assert observed["placement"] == {**observed["placement"], "mems": [0], "sockets": 1, "nodes": 1}
     assert observed["virtualization"]["vm"] == guest.VM_TYPE[facts["accel"]]
     assert facts["accel"] == guest.planned_accel(CAPS) and facts["boot_s"] > 0
     assert_nothing_left(vm)
@@ -221,10 +222,11 @@ def _guest_processes(name: str) -> list[str]:
     return found
 
 
-@pytest.mark.slow
-def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(workflow_dir):
-    """The real workflow builds the full guest image (the host's Python stack, offline) and runs IC
-    in an MVM; the row says which accelerator ran it and how long the guest took to boot."""
+@pytest.fixture(scope="module")
+def mvm_ic_workflow(tmp_path_factory) -> Path:
+    """The real workflow builds the full guest image (the host's Python stack, offline), the tiny IC
+    dataset, and runs IC in an MVM; the emulated two-socket test boots the same image and dataset."""
+    workflow_dir = copy_workflow(tmp_path_factory.mktemp("mvm") / "wf")
     config = smoke_config()
     config["study"].update({"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1, "warmup_repetitions": 0,
                             "matrix": [{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
@@ -235,11 +237,84 @@ def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(workflow_dir):
     config.setdefault("platforms", {})["MVM"] = {"memory_mib": 3072}
     path = write_config(workflow_dir / "guest.yaml", config)
     snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=1500)
+    return workflow_dir
+
+
+@pytest.mark.slow
+def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(mvm_ic_workflow):
+    """The row says which accelerator ran IC in the MVM and how long the guest took to boot."""
     import pandas as pd
 
+    workflow_dir = mvm_ic_workflow
     row = pd.read_csv(workflow_dir / "results" / "summary.csv").set_index("scenario").loc["MVM/1/VNL/CPU"]
     assert row.accel == guest.planned_accel(CAPS) and row.boot_s > 0 and row.reps == 1
     run = json.loads((workflow_dir / "results/runs/mlperf/ic/MVM/1/VNL/CPU.json").read_text())
     assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm"
     assert run["runs"][0]["observed"]["nproc"] == 1
     assert yaml.safe_load((workflow_dir / "resources/guest/full/image.json").read_text())["variant"] == "full"
+
+
+class TwoSocketHost(MicroVM):
+    """A server-like machine for BM jobs: QEMU's pc machine with 2 sockets x 2 cores, one NUMA node
+    per socket (ACPI SRAT), cgroup v2 mounted by the guest's init."""
+
+    def qemu_command(self, *, accel: str, memory_mib: int, cmdline: str, root_disk: Path, job_disk: Path,
+                     console: Path) -> list[str]:
+        half = memory_mib // 2
+        return [
+            "qemu-system-x86_64", "-M", "pc", "-accel", accel, "-cpu", "host" if accel == "kvm" else "max",
+            "-smp", "4,sockets=2,cores=2,threads=1", "-m", str(2 * half),
+            "-object", f"memory-backend-ram,id=m0,size={half}M", "-object", f"memory-backend-ram,id=m1,size={half}M",
+            "-numa", "node,nodeid=0,cpus=0-1,memdev=m0", "-numa", "node,nodeid=1,cpus=2-3,memdev=m1",
+            "-name", f"guest={self.domain_name},debug-threads=on", "-nodefaults", "-no-user-config",
+            "-display", "none", "-no-reboot", "-nic", "none",
+            "-kernel", str(self.boot_files.kernel), "-initrd", str(self.boot_files.initrd), "-append", cmdline,
+            "-drive", f"file={root_disk},format=qcow2,if=virtio,cache=none",
+            "-drive", f"file={job_disk},format=raw,if=virtio,cache=none",
+            "-serial", f"file:{console}",
+        ]
+
+
+@pytest.mark.slow
+def test_bm_pin_and_vnl_on_an_emulated_two_socket_numa_host_with_cgroup_v2(mvm_ic_workflow, tmp_path):
+    """BM/2/PIN lands on one socket and its node's memory (cpuset.cpus + cpuset.mems in the unified
+    tree); BM/2/VNL gets its quota through cpu.max and reads it back inside. Both run the real runner
+    and harness in a guest whose kernel sees two sockets and two NUMA nodes."""
+    workflow_dir = mvm_ic_workflow
+    template = json.loads((workflow_dir / "results/runs/mlperf/ic/MVM/1/VNL/CPU.json").read_text())["spec"]
+    template["dataset_dir"] = str(workflow_dir / template["dataset_dir"])
+    guest_spec, files = guest.guest_inputs(template)
+    script = f"cd {guest.GUEST_JOB_DIR}\n"
+    for pinning in ("PIN", "VNL"):
+        spec = {**guest_spec, "platform_settings": {"placement": "compact"},
+                "scenario": {"platform": "BM", "cores": 2, "pinning": pinning, "processor": "CPU"}}
+        (tmp_path / f"{pinning}.json").write_text(json.dumps(spec))
+        files[f"{pinning}.json"] = tmp_path / f"{pinning}.json"
+        script += (f"PYTHONPATH={guest.GUEST_JOB_DIR}/src {guestimage.GUEST_VENV}/bin/python -m dlvirt bench "
+                   f"--spec \"$(cat {pinning}.json)\" --output out/{pinning}.json --loadgen-dir out/{pinning}-lg\n")
+    script += "cat /proc/self/status /sys/fs/cgroup/cgroup.subtree_control > out/guest-status.txt\n"
+    host = TwoSocketHost(Scenario("MVM", 4, "VNL", "CPU"),
+                         settings(workflow_dir / "resources/guest/full", memory_mib=4096), tmp_path / "w",
+                         f"{os.getpid()}-numa")
+    with host:
+        out = host.execute(script, timeout_s=2 * float(template["timeout_s"]), files=files)
+        pin = json.loads((out / "PIN.json").read_text())
+        vnl = json.loads((out / "VNL.json").read_text())
+    assert_nothing_left(host)
+    for result in (pin, vnl):
+        assert result["verified"] and result["node"]["sockets"] == 2 and len(result["runs"]) == 1
+    # PIN: two cores of one socket, memory of that socket's node only, seen from inside
+    assert pin["platform"]["placement"] == {"cpus": [0, 1], "mems": [0], "sockets": 1, "nodes": 1,
+                                            "policy": "compact"}
+    assert pin["platform"]["cpu_mechanism"] == "sched_setaffinity + cgroup v2 cpuset.mems"
+    seen = pin["runs"][0]["observed"]
+    assert seen["affinity"] == [0, 1] and seen["placement"]["mems"] == [0]
+    assert seen["placement"]["sockets"] == 1 and seen["placement"]["nodes"] == 1
+    assert seen["placement"]["ran_on_nodes"] == [0]
+    # VNL: every guest CPU visible, a cpu.max quota of 2 cores read back inside, both nodes' memory
+    assert vnl["platform"]["cpu_mechanism"] == "cgroup v2 CFS quota"
+    seen = vnl["runs"][0]["observed"]
+    assert seen["quota_cores"] == pytest.approx(2.0) and seen["affinity"] == [0, 1, 2, 3]
+    assert seen["placement"]["mems"] == [0, 1] and seen["placement"]["sockets"] == 2
+    assert set(seen["placement"]["ran_on_nodes"]) <= {0, 1}
+    assert "cpu" in (out / "guest-status.txt").read_text().split()

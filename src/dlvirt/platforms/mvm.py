@@ -105,13 +105,19 @@ class MicroVM(GuestPlatform):
             out = open(console, "ab")  # Firecracker's stdout is the guest's serial console
         else:
             self.vmm = "qemu-microvm"
-            cmd = qemu_microvm_command(name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=memory,
-                                       kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
-                                       cmdline=cmdline, root_disk=root_disk, job_disk=job_disk, console=console)
+            cmd = self.qemu_command(accel=accel, memory_mib=memory, cmdline=cmdline, root_disk=root_disk,
+                                    job_disk=job_disk, console=console)
             out = open(self.disk_dir / "vmm.log", "ab")
         with out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
                                          stderr=subprocess.STDOUT)
+
+    def qemu_command(self, *, accel: str, memory_mib: int, cmdline: str, root_disk: Path, job_disk: Path,
+                     console: Path) -> list[str]:
+        """The QEMU command line of this guest (a subclass may boot another machine type)."""
+        return qemu_microvm_command(name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=memory_mib,
+                                    kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
+                                    cmdline=cmdline, root_disk=root_disk, job_disk=job_disk, console=console)
 
     def _vmm_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
