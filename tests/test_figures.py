@@ -115,3 +115,24 @@ def test_row_selection_needs_no_plotting():
             "print(sorted(m for m in ('matplotlib', 'seaborn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=tool_env())
     assert out.stdout.strip() == "[]"
+
+
+def test_e2e_vs_cores_marks_the_first_level_spanning_two_sockets(tmp_path):
+    """Rows of a 2-socket host with 2 cores per socket: PIN/4 spans both (its recorded placement)."""
+    frame = rows.load_summaries(SUMMARIES / "full.csv")
+    pinned = frame["pinning"] == "PIN"
+    frame.loc[pinned, "sockets"] = (frame.loc[pinned, "cores"] > 2).astype(int) + 1
+    frame.loc[pinned, "numa_nodes"] = frame.loc[pinned, "sockets"]
+    assert rows.first_level_spanning_sockets(frame) == 4
+    assert rows.first_level_spanning_sockets(frame[frame["cores"] < 4]) is None
+    assert rows.first_level_spanning_sockets(rows.load_summaries(SUMMARIES / "partial.csv")) is None  # no columns
+    summary = tmp_path / "two-socket.csv"
+    frame.to_csv(summary, index=False)
+    fig = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", title="t")
+    assert "span >1 socket/NUMA node" in texts(fig)
+    levels = sorted(frame["cores"].unique())
+    marks = [line.get_xdata()[0] for line in fig.axes[0].lines if line.get_linestyle() == ":"]
+    assert marks == [levels.index(4) - 0.5]
+    plain = figures.e2e_vs_cores_figure(SUMMARIES / "full.csv", tool="mlperf", app="ic", title="t")
+    assert "span >1 socket" not in texts(plain)
+    matplotlib.pyplot.close("all")

@@ -122,7 +122,7 @@ def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_pat
     assert result["platform"]["network"] == "none"
     # memory bound to the node of its core (--cpuset-mems), seen from inside as Mems_allowed_list
     placed = result["platform"]["placement"]
-    assert observed["placement"]["mems"] == placed["mems"] == result["expected"]["mems"] and placed["nodes"] == 1
+    assert observed["placement"]["mems"] == placed["mems"] == list(result["expected"]["mems"]) and placed["nodes"] == 1
     assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
     assert our_containers(engine) == []
 

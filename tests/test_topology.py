@@ -186,3 +186,15 @@ def test_uneven_split_over_sockets_gives_one_guest_socket_with_a_note(tmp_path):
     layout = guest_layout(place(topo, 5))
     assert (layout.sockets, layout.cores, layout.threads) == (1, 5, 1)
     assert [v for _, v in layout.cells] == [(0, 1, 2, 3), (4,)] and "unevenly" in (layout.note or "")
+
+
+def test_summary_rows_carry_the_sockets_and_nodes_a_pinned_run_spanned():
+    from dlvirt.analysis.aggregate import summarise_launches
+
+    fixtures = Path(__file__).parent / "fixtures" / "runs"
+    vnl = json.loads((fixtures / "mlperf-ic-BM-1-VNL-CPU.json").read_text())
+    pin = json.loads((fixtures / "mlperf-ic-VM-2-PIN-CPU.json").read_text())
+    pin["platform"]["placement"] = {"cpus": [0, 1], "mems": [0, 1], "sockets": 2, "nodes": 2, "policy": "spread"}
+    row = summarise_launches([pin])
+    assert (row["sockets"], row["numa_nodes"]) == (2, 2)
+    assert summarise_launches([vnl])["sockets"] is None  # VNL: no placement

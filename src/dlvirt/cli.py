@@ -254,9 +254,8 @@ def _cmd_cpus(args: argparse.Namespace) -> int:
         # on this host only the CPUs this process may use; a fixture tree has no such limit
         allowed = None if args.sysfs else os.sched_getaffinity(0)
         placed = topology.place(topo, args.cores, args.placement, allowed)
-    except (topology.TopologyError, OSError, ValueError) as exc:
-        print(f"dlvirt cpus: {exc}", file=sys.stderr)
-        return 2
+    except topology.TopologyError as exc:
+        raise UsageError(f"--cores {args.cores}{f' on --sysfs {args.sysfs}' if args.sysfs else ''}: {exc}") from None
     print(json.dumps({"cpus": list(placed.cpus), "mems": list(placed.mems), "sockets": placed.sockets,
                       "nodes": placed.nodes, "policy": placed.policy}))
     return 0

@@ -25,7 +25,7 @@ COLUMNS = KEY_COLUMNS + [
     "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "mean_s", "ci95_s", "ci_n", "ci_unit",
     "std_s", "between_sd_s", "median_s", "iqr_s", "pre_s", "infer_s", "post_s", "samples", "samples_per_s",
     "loadgen_valid", "accel", "boot_s", "threads_policy", "threads", "dataset_source", "model", "reference_model",
-    "weights", "host", "hardware", "gpu", "gpu_util_pct", "gpu_mem_mib",
+    "weights", "host", "hardware", "gpu", "gpu_util_pct", "gpu_mem_mib", "sockets", "numa_nodes",
 ]
 
 
@@ -67,6 +67,8 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
     gpus = [r["gpu"] for r in runs if r.get("gpu")]
     utils = [g["util_mean_pct"] for g in gpus if g.get("util_mean_pct") is not None]
     peaks = [g["peak_mib"] for g in gpus if g.get("peak_mib") is not None]
+    # PIN scenarios' recorded placement (VNL has none): the most sockets / nodes any launch spanned
+    placements = [result["platform"]["placement"] for result in results if result["platform"].get("placement")]
     return {
         "tool": first["tool"],
         "app": first["app"],
@@ -108,6 +110,9 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu": gpus[0].get("model") if gpus and len(gpus) == len(runs) else None,
         "gpu_util_pct": float(np.mean(utils)) if utils else None,
         "gpu_mem_mib": float(max(peaks)) if peaks else None,
+        # figures mark the first level whose pinned cores span more than one socket / NUMA node
+        "sockets": max(p["sockets"] for p in placements) if placements else None,
+        "numa_nodes": max(p["nodes"] for p in placements) if placements else None,
     }
 
 

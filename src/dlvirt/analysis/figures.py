@@ -23,8 +23,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from dlvirt.analysis.rows import (  # noqa: E402
-    BOOT, PHASES, PLATFORM_ORDER, SITE, edge_sites, emulated, host_cores, host_label, load_summaries, main_site,
-    normalised, phase_shares, scenario_order, select,
+    BOOT, PHASES, PLATFORM_ORDER, SITE, edge_sites, emulated, first_level_spanning_sockets, host_cores, host_label,
+    load_summaries, main_site, normalised, phase_shares, scenario_order, select,
 )
 from dlvirt.plan.leftout import reasons  # noqa: E402
 
@@ -97,6 +97,11 @@ def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, proc
                         color=PLATFORM_COLOURS[platform], linestyle=PINNING_STYLE[pinning],
                         marker=PINNING_MARKER[pinning], markerfacecolor="none" if tcg else None,
                         capsize=3, label=label)
+    spanning = first_level_spanning_sockets(rows)
+    if spanning is not None:  # the paper's explanation of its 64-core results: a second socket
+        ax.axvline(position[spanning] - 0.5, color="#777777", linestyle=":", linewidth=1)
+        ax.text(position[spanning] - 0.45, 0.98, "pinned cores span >1 socket/NUMA node →",
+                transform=ax.get_xaxis_transform(), fontsize=7, color="#555555", va="top")
     ax.set_xticks(range(len(levels)), [str(c) for c in levels])
     ax.set_xlabel("scale-up level (cores)")
     ax.set_ylabel(ylabel)

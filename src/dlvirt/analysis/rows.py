@@ -124,3 +124,12 @@ def scenario_order(rows: pd.DataFrame) -> pd.DataFrame:
     rank = {p: i for i, p in enumerate(PLATFORM_ORDER)}
     return rows.assign(_p=rows["platform"].map(rank), _m=rows["pinning"].map({"VNL": 0, "PIN": 1})) \
         .sort_values(["processor", "_p", "_m", "cores"]).drop(columns=["_p", "_m"])
+
+
+def first_level_spanning_sockets(rows: pd.DataFrame) -> int | None:
+    """The smallest scale-up level whose pinned cores span more than one socket or NUMA node on the
+    host that measured it (from the recorded placement); None when no level does or none says."""
+    if "sockets" not in rows or "numa_nodes" not in rows:
+        return None
+    spanning = rows[(rows["sockets"].fillna(0) > 1) | (rows["numa_nodes"].fillna(0) > 1)]
+    return int(spanning["cores"].min()) if not spanning.empty else None
