@@ -22,5 +22,5 @@ rule guest_image:
         "../../envs/analysis.yaml"
     shell:
         "python -m dlvirt guest-image --variant {wildcards.variant:q} --output-dir {params.out_dir:q}"
-        " --cn-settings {params.cn_settings} --cn-image {params.cn_image:q}"
+        " --cn-settings {params.cn_settings} --cn-image={params.cn_image:q}"
         " --retry-wait-s {resources.retry_wait_s} > {log:q} 2>&1"
