@@ -21,6 +21,8 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
+    # A SIGINT to Snakemake alone (not Ctrl-C) would let running jobs run on: stop them (dlvirt.run.interrupt).
+    stop_jobs_on_interrupt()
     # Start the engines the planned platforms need when none answers (dlvirt.system.engines), then remove
     # what a killed earlier run left (dlvirt-named, runner gone), never anything else.
     workflow_engines("up")

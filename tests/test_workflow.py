@@ -56,3 +56,50 @@ def test_one_figure_builds_only_what_it_needs(workflow_dir):
     config = write_config(workflow_dir / "smoke.yaml", smoke_config())
     counts = jobs_that_would_run(workflow_dir, "results/figures/fig4a.png", "--configfile", str(config))
     assert counts["figure"] == 1 and "summary" not in counts and "all" not in counts
+
+
+def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow_dir):
+    """``kill -INT <snakemake>`` (a supervisor's interrupt, not Ctrl-C's process group) stops the
+    running benchmark job and its teardown runs: no runner, result, work directory or cgroup stays."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import tool_env
+    from dlvirt.run.cleanup import stale_cgroups
+    from dlvirt.run.interrupt import job_runners
+
+    config = smoke_config(study={"apps": ["ic"], "tools": ["mlperf"], "repetitions": 50, "warmup_repetitions": 0,
+                                 "matrix": [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]})
+    config["apps"] = {"ic": {"batch_size": 4, "dataset": {"count": 32}, "loadgen": {"min_query_count": 32}}}
+    path = write_config(workflow_dir / "long.yaml", config)
+    run = workflow_dir / "results/runs/mlperf/ic/BM/1/PIN/CPU.json"
+    snake = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", str(run.relative_to(workflow_dir)),
+                              "--configfile", str(path)], cwd=workflow_dir, env=tool_env(), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, runners = time.monotonic() + 300, []
+        while time.monotonic() < deadline and snake.poll() is None:
+            runners = [pid for pid in job_runners(snake.pid)
+                       if b"bench" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+            if runners and list(run.parent.glob(".work-*/job.json")):
+                break
+            time.sleep(0.5)
+        assert runners, f"the benchmark job never started: {snake.stderr.read() if snake.poll() is not None else ''}"
+        time.sleep(5)  # the harness is running
+        os.kill(snake.pid, signal.SIGINT)
+        start = time.monotonic()
+        while any(Path(f"/proc/{pid}").exists() for pid in runners) and time.monotonic() - start < 60:
+            time.sleep(0.2)
+        stopped_s = time.monotonic() - start
+        snake.wait(timeout=120)
+    finally:
+        if snake.poll() is None:
+            os.killpg(snake.pid, signal.SIGKILL)
+    print(f"job runner gone {stopped_s:.1f} s after SIGINT to snakemake")
+    assert stopped_s < 30
+    assert not run.exists() and not list(run.parent.glob(".work-*"))
+    assert not [p for p in stale_cgroups() if any(p.name.startswith(f"dlvirt-{pid}-") for pid in runners)]

@@ -21,6 +21,7 @@ from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
 from dlvirt.plan.planner import expand as expand_plan  # noqa: E402
+from dlvirt.run.interrupt import stop_jobs_on_interrupt  # noqa: E402
 
 # Checksums of configured weights and vocab files, by size and mtime (dlvirt.plan.configcheck).
 CHECKSUM_CACHE = Path("resources/checksums.json")
