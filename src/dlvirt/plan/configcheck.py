@@ -25,6 +25,7 @@ from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.errors import ConfigError
 
 DOCKER_MIN_MEMORY = 6 << 20  # docker refuses a smaller --memory
+HINT_CHARS = 120  # of the schema's description, after the error: a hint, not the documentation
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -116,8 +117,10 @@ def _hint(error: jsonschema.ValidationError, defs: dict[str, Any]) -> str:
         return f"; write {int(value)}, not {value}" if value.is_integer() else "; a whole number is needed"
     if error.validator in ("additionalProperties", "unevaluatedProperties"):
         return f"; known keys here: {', '.join(_known_keys(error.schema, defs))}"
-    description = error.schema.get("description")
-    return f" ({' '.join(str(description).split())})" if description else ""
+    description = " ".join(str(error.schema.get("description", "")).split())
+    if len(description) > HINT_CHARS:
+        description = description[:HINT_CHARS].rsplit(" ", 1)[0] + " …"
+    return f" ({description})" if description else ""
 
 
 def check_schema(config: dict[str, Any], schema_path: Path) -> None:
