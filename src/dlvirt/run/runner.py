@@ -50,7 +50,9 @@ def spec_problem(spec: dict[str, Any]) -> str | None:
         return f"lacks {', '.join(missing)}"
     try:
         Scenario.from_dict(spec["scenario"])
-    except (KeyError, TypeError, ValueError) as err:
+    except KeyError as err:
+        return f"scenario {spec['scenario']!r} lacks {err}"
+    except (TypeError, ValueError) as err:
         return f"scenario {spec['scenario']!r}: {err}"
     return None
 
