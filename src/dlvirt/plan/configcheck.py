@@ -35,7 +35,7 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
         if key in seen:
             raise ConfigError(f"{key_node.start_mark.name}:{line}: key {key!r} given twice (first on line "
@@ -57,9 +57,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
         loader = _StrictLoader(text)
         loader.name = str(path)
         try:
-            data = loader.get_single_data()  # type: ignore[no-untyped-call]
+            data = loader.get_single_data()
         finally:
-            loader.dispose()  # type: ignore[no-untyped-call]
+            loader.dispose()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
