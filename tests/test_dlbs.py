@@ -1,14 +1,17 @@
 """The dlbs tool: the documented ``__key__=json`` log format round-trips through its parser, settings
 merge per app, a missing DLBS checkout is named, and a real IC model-only smoke run on BM."""
 
+import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_one_job
 
-from dlvirt.run import dlbs
 from dlvirt.analysis.aggregate import summarise
+from dlvirt.core.records import HarnessJob
+from dlvirt.core.scenario import Scenario
+from dlvirt.run import dlbs
 
 
 def test_log_round_trips_through_the_parser():
@@ -60,18 +63,20 @@ def test_settings_merge_per_app_and_experimenter_only_for_dlbs_models(tmp_path):
     assert dlbs.settings_for(section, "nlp")["exp.num_batches"] == 2
     assert dlbs.settings_for(section, "ic")["exp.num_batches"] == 5
     assert "apps" not in dlbs.settings_for(section, "ic")
-    job = {"app": "ic", "batch_size": 32, "scenario": {"processor": "CPU"}, "dlbs": dlbs.settings_for(section, "ic")}
+    job = HarnessJob(tool="dlbs", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
+                     repetitions=1, warmup_repetitions=0, threads="granted", batch_size=32, loadgen={},
+                     app_settings={}, dataset_dir="ic", run_id="1-test", dlbs=dlbs.settings_for(section, "ic"))
     params = dlbs.experiment(job, "tensorflow", "resnet50")
     assert params["exp.replica_batch"] == 32 and params["exp.device_type"] == "cpu" and params["exp.gpus"] == ""
     assert dlbs.experimenter_model(job) is None
-    job["dlbs"]["path"] = str(tmp_path)
+    job.dlbs["path"] = str(tmp_path)
     with pytest.raises(dlbs.DlbsError, match="dlbs.path .*not a DLBS checkout"):
         dlbs.experimenter_model(job)
     # Only where the experimenter script is: running it needs a real DLBS checkout (not on PyPI).
     dlbs.experimenter_script(tmp_path).parent.mkdir(parents=True)
     dlbs.experimenter_script(tmp_path).touch()
     assert dlbs.experimenter_model(job) == "resnet50"
-    assert dlbs.experimenter_model({**job, "app": "nlp"}) is None  # DLBS has no BERT: ours times it
+    assert dlbs.experimenter_model(dataclasses.replace(job, app="nlp")) is None  # DLBS has no BERT: ours times it
     command = dlbs.experimenter_command(tmp_path, params, tmp_path / "x.log")
     assert command[2] == "run" and '-Pexp.model="resnet50"' in command and "-Pexp.docker=false" in command
 

@@ -24,6 +24,7 @@ from conftest import smoke_config, snakemake, write_config
 from local_daemons import daemon, free_port, port_open
 
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.core.records import JobSpec
 from dlvirt.run.remote import COMPLETE, RemoteError, SshHost, run_job_remote
 
 SSHD = "/usr/sbin/sshd"          # sshd re-executes itself: it must be started by absolute path
@@ -118,7 +119,7 @@ def test_inputs_that_stay_on_this_host_are_refused_naming_the_key(sshd: Sshd, tm
     dataset.mkdir()
     (dataset / "dataset.json").write_text(json.dumps({"source": "real", "root": "/data/imagenet"}))
     with pytest.raises(RemoteError, match=r"apps\.ic\.dataset\.path"):
-        run_job_remote(SshHost.from_settings("edge", sshd.settings), bench_spec(dataset, 1),
+        run_job_remote(SshHost.from_settings("edge", sshd.settings), JobSpec.from_dict(bench_spec(dataset, 1)),
                        tmp_path / "r.json", tmp_path / "lg")
     assert not (tmp_path / "r.json").exists()
 

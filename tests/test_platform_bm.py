@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from dlvirt.system import cgroups
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.core.records import JobSpec
 from dlvirt.run.cleanup import stale_cgroups
 from dlvirt.platforms.base import Expected, PlatformError, VerificationError, verify
 from dlvirt.run.runner import run_job
@@ -28,11 +30,11 @@ def ic_dataset(tmp_path_factory) -> Path:
     return out
 
 
-def spec(dataset: Path, cores: int, pinning: str, **extra) -> dict:
-    return {"tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
+def spec(dataset: Path, cores: int, pinning: str, **extra) -> JobSpec:
+    return JobSpec.from_dict({"tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
             "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"], "app_settings": IC_SETTINGS,
             "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra}
+            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra})
 
 
 def our_cgroups() -> list[Path]:
@@ -43,19 +45,19 @@ def test_vnl_one_core_is_a_quota_with_every_core_visible(ic_dataset, tmp_path):
     if cgroups.version() is None:
         pytest.skip("no cgroup CPU controller on this host")
     result = run_job(spec(ic_dataset, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
-    observed = result["runs"][0]["observed"]
+    observed = result.runs[0].observed
     assert observed["quota_cores"] == pytest.approx(1.0)
     assert observed["affinity"] == CPUS
-    assert result["runs"][0]["threads"]["intra_op"] == 1  # sized from the quota, not the visible cores
+    assert result.runs[0].threads["intra_op"] == 1  # sized from the quota, not the visible cores
     assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
     assert our_cgroups() == []
 
 
 def test_pin_one_core_sees_exactly_that_core(ic_dataset, tmp_path):
     result = run_job(spec(ic_dataset, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
-    observed = result["runs"][0]["observed"]
+    observed = result.runs[0].observed
     assert observed["affinity"] == CPUS[:1] and observed["nproc"] == 1
-    assert observed["quota_cores"] == result["expected"]["quota_cores"]
+    assert observed["quota_cores"] == result.expected["quota_cores"]
     assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
 
 
@@ -63,14 +65,14 @@ def test_naive_threads_follow_cpu_count_under_a_quota(ic_dataset, tmp_path):
     if len(CPUS) < 2 or cgroups.version() is None:
         pytest.skip("needs 2 cores and a cgroup CPU controller")
     result = run_job(spec(ic_dataset, 1, "VNL", threads="naive"), tmp_path / "r.json", tmp_path / "lg")
-    assert result["runs"][0]["threads"]["intra_op"] == os.cpu_count()
+    assert result.runs[0].threads["intra_op"] == os.cpu_count()
 
 
 def test_failed_run_writes_no_result_and_removes_its_cgroup(ic_dataset, tmp_path):
     if cgroups.version() is None:
         pytest.skip("no cgroup CPU controller on this host")
-    broken = spec(ic_dataset, 1, "VNL")
-    broken["app_settings"] = {**IC_SETTINGS, "weights": {"path": str(tmp_path / "missing.h5"), "sha256": None}}
+    broken = dataclasses.replace(spec(ic_dataset, 1, "VNL"), app_settings={
+        **IC_SETTINGS, "weights": {"path": str(tmp_path / "missing.h5"), "sha256": None}})
     with pytest.raises(PlatformError):
         run_job(broken, tmp_path / "r.json", tmp_path / "lg")
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "lg").exists()

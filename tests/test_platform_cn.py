@@ -84,7 +84,7 @@ def ic_dataset(tmp_path_factory) -> Path:
     return out
 
 
-def cn_spec(dataset: Path, image: str, cores: int, pinning: str, **extra) -> dict:
+def cn_spec(dataset: Path, image: str, cores: int, pinning: str, **extra) -> JobSpec:
     return spec(dataset, cores, pinning, platform_settings={**SETTINGS, "image": image},
                 scenario={"platform": "CN", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra)
 
@@ -97,16 +97,16 @@ def our_containers(client: docker.DockerClient, runner: int | None = None) -> li
 
 def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn_image, ic_dataset, tmp_path):
     result = run_job(cn_spec(ic_dataset, cn_image, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
-    observed = result["runs"][0]["observed"]
+    observed = result.runs[0].observed
     assert observed["quota_cores"] == pytest.approx(1.0)
     assert observed["affinity"] == list(online_cpus()) and observed["nproc"] == len(online_cpus())
     assert observed["virtualization"]["container"] == "docker" and observed["image"] == cn_image
     assert observed["memory_limit_bytes"] == 4 << 30
-    cgroup_id = result["expected"]["cgroup_id"]
+    cgroup_id = result.expected["cgroup_id"]
     assert cgroup_id and any(cgroup_id in path for path in observed["cgroup"].values())
-    assert result["runs"][0]["threads"]["intra_op"] == 1  # sized from the quota, not the visible cores
-    assert result["platform"]["cpu_mechanism"] == "--cpus (CFS quota)"
-    assert result["platform"]["start_to_harness_s"] > 0
+    assert result.runs[0].threads["intra_op"] == 1  # sized from the quota, not the visible cores
+    assert result.platform["cpu_mechanism"] == "--cpus (CFS quota)"
+    assert result.platform["start_to_harness_s"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
     assert our_containers(engine) == []
 
@@ -114,15 +114,15 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
 def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative output paths, as the workflow passes them
     result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN"), Path("r.json"), Path("lg"))
-    observed = result["runs"][0]["observed"]
+    observed = result.runs[0].observed
     mine = sorted(os.sched_getaffinity(0))[:1]
     assert observed["affinity"] == mine and observed["nproc"] == 1
     assert observed["quota_cores"] is None
-    assert result["platform"]["cpu_mechanism"] == "--cpuset-cpus + --cpuset-mems"
-    assert result["platform"]["network"] == "none"
+    assert result.platform["cpu_mechanism"] == "--cpuset-cpus + --cpuset-mems"
+    assert result.platform["network"] == "none"
     # memory bound to the node of its core (--cpuset-mems), seen from inside as Mems_allowed_list
-    placed = result["platform"]["placement"]
-    assert observed["placement"]["mems"] == placed["mems"] == list(result["expected"]["mems"]) and placed["nodes"] == 1
+    placed = result.platform["placement"]
+    assert observed["placement"]["mems"] == placed["mems"] == list(result.expected["mems"]) and placed["nodes"] == 1
     assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
     assert our_containers(engine) == []
 

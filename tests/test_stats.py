@@ -1,8 +1,14 @@
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
 from dlvirt.analysis.stats import drop_outliers, estimate
+from dlvirt.core.records import JobResult
+from dlvirt.core.scenario import Scenario
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs"
 
 
 def test_outlier_is_removed_and_counted():
@@ -46,17 +52,20 @@ def test_empty_is_an_error():
         estimate([])
 
 
+RECORDED = JobResult.read(FIXTURES / "mlperf-ic-BM-1-VNL-CPU.json")
+
+
 def run(e2e, pre=0.5):
-    return {"e2e_s": e2e, "phases": {"pre_s": pre, "infer_s": e2e, "post_s": 0.0}, "samples": 10,
-            "samples_per_s": 10 / e2e, "loadgen": {"validity": "VALID"},
-            "threads": {"policy": "granted", "intra_op": 2}}
+    return dataclasses.replace(RECORDED.runs[0], e2e_s=e2e, phases={"pre_s": pre, "infer_s": e2e, "post_s": 0.0},
+                               samples=10, samples_per_s=10 / e2e, loadgen={"validity": "VALID"},
+                               threads={"policy": "granted", "intra_op": 2})
 
 
 def launch(runs, platform="BM", **facts):
-    return {"tool": "mlperf", "app": "ic", "scenario_name": f"{platform}/2/VNL/CPU",
-            "scenario": {"platform": platform, "cores": 2, "pinning": "VNL", "processor": "CPU"},
-            "runs": runs, "platform": {"accel": "none", **facts}, "dataset": {"source": "synthetic"},
-            "model": {"model": "ResNet50", "weights": "random"}, "host": "h"}
+    scenario = Scenario(platform, 2, "VNL", "CPU")
+    return dataclasses.replace(RECORDED, tool="mlperf", app="ic", scenario=scenario, scenario_name=scenario.name,
+                               runs=runs, platform={"accel": "none", **facts}, dataset={"source": "synthetic"},
+                               model={"model": "ResNet50", "weights": "random"}, host="h")
 
 
 def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
@@ -90,7 +99,7 @@ def test_summary_splits_mvm_rows_by_vmm(tmp_path):
     paths = []
     for i, vmm in enumerate(["qemu-microvm", "firecracker", "qemu-microvm"]):
         path = tmp_path / f"{i}.json"
-        path.write_text(json.dumps(launch([run(1.0), run(1.1), run(1.05)], platform="MVM", vmm=vmm)))
+        path.write_text(json.dumps(launch([run(1.0), run(1.1), run(1.05)], platform="MVM", vmm=vmm).to_dict()))
         paths.append(path)
     frame = summarise(paths).set_index("vmm")
     assert frame.loc["qemu-microvm", "replicates"] == 2 and frame.loc["firecracker", "replicates"] == 1

@@ -11,7 +11,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlvirt.core.records import JobResult, JobSpec
 
 EXIT_INPUT = 2  # bad arguments, config or input files (as argparse's own usage errors)
 EXIT_RUN = 1    # the run itself failed
@@ -36,14 +39,13 @@ def _json_arg(args: argparse.Namespace, name: str, required: tuple[str, ...] = (
     return value
 
 
-def _spec_arg(args: argparse.Namespace) -> dict[str, Any]:
-    from dlvirt.run.runner import spec_problem
+def _spec_arg(args: argparse.Namespace) -> JobSpec:
+    from dlvirt.core.records import JobSpec, RecordError
 
-    spec = _json_arg(args, "spec")
-    why = spec_problem(spec)
-    if why:
-        raise UsageError(f"--spec: {why}")
-    return spec
+    try:
+        return JobSpec.from_dict(_json_arg(args, "spec"), "--spec")
+    except RecordError as err:
+        raise UsageError(str(err)) from None
 
 
 _SSH_KEYS = ("ssh", "workdir", "python")
@@ -53,6 +55,7 @@ def _exit_code(err: Exception) -> int | None:
     """The exit status of a known error, None for an unexpected one (which keeps its traceback)."""
     from dlvirt.apps.base import AppError
     from dlvirt.core.errors import ConfigError
+    from dlvirt.core.records import RecordError
     from dlvirt.platforms.base import PlatformError
     from dlvirt.platforms.guestimage import ImageError
     from dlvirt.run.dlbs import DlbsError
@@ -60,7 +63,7 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.system.cgroups import CgroupError
     from dlvirt.system.engines import EngineError
 
-    if isinstance(err, (UsageError, ConfigError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+    if isinstance(err, (UsageError, ConfigError, RecordError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return EXIT_INPUT
     if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
         return EXIT_RUN
@@ -95,10 +98,10 @@ def _cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_times(result: dict[str, Any]) -> None:
-    times = ", ".join(f"{r['e2e_s']:.3f}" for r in result["runs"])
-    measure = "model-only" if result["tool"] == "dlbs" else "E2E"
-    print(f"{result['scenario_name']} {result['tool']} {result['app']}: {measure} seconds per repetition: {times}")
+def _print_times(result: JobResult) -> None:
+    times = ", ".join(f"{r.e2e_s:.3f}" for r in result.runs)
+    measure = "model-only" if result.tool == "dlbs" else "E2E"
+    print(f"{result.scenario_name} {result.tool} {result.app}: {measure} seconds per repetition: {times}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlvirt.core.atomic import read_json, write_text_atomic
-from dlvirt.system.hostinfo import hardware_label
-from dlvirt.plan.planner import LOCAL_SITE
 from dlvirt.analysis.stats import estimate, inliers
+from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.records import JobResult, Repetition
+from dlvirt.plan.planner import LOCAL_SITE
+from dlvirt.system.hostinfo import hardware_label
 
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
@@ -29,13 +30,13 @@ COLUMNS = KEY_COLUMNS + [
 ]
 
 
-def kept_runs(result: dict[str, Any]) -> list[dict[str, Any]]:
+def kept_runs(result: JobResult) -> list[Repetition]:
     """The launch's repetitions without its outliers (the rule of ``dlvirt.analysis.stats``)."""
-    e2e = [r["e2e_s"] for r in result["runs"]]
-    return [r for r, keep in zip(result["runs"], inliers(e2e), strict=True) if keep]
+    e2e = [r.e2e_s for r in result.runs]
+    return [r for r, keep in zip(result.runs, inliers(e2e), strict=True) if keep]
 
 
-def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
     """One summary row from the launches (replicates) of one tool × app × scenario × site × VMM.
 
     The statistical unit is the launch: with two or more, ``mean_s`` and ``ci95_s`` are the mean and
@@ -46,35 +47,38 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
     first = results[0]
     per_launch = [kept_runs(result) for result in results]
     runs = [r for kept in per_launch for r in kept]
-    e2e = [r["e2e_s"] for r in runs]
-    launch_means = [float(np.mean([r["e2e_s"] for r in kept])) for kept in per_launch]
+    e2e = [r.e2e_s for r in runs]
+    launch_means = [float(np.mean([r.e2e_s for r in kept])) for kept in per_launch]
     if len(results) >= 2:
         est, unit = estimate(launch_means, drop=False), "replicate"
     else:
         est, unit = estimate(e2e, drop=False), "repetition"
     pooled = estimate(e2e, drop=False)
-    scenario = first["scenario"]
+    scenario = first.scenario
 
     def phase(name: str) -> float:
         # a DLBS (model-only) run has the inference phase only: NaN for the others
-        return float(np.mean([r["phases"].get(name, np.nan) for r in runs]))
+        return float(np.mean([r.phases.get(name, np.nan) for r in runs]))
 
-    every_run = [r for result in results for r in result["runs"]]
-    validity = {r.get("loadgen", {}).get("validity") for r in every_run}  # every run must be valid
-    boots = [result["platform"]["boot_s"] for result in results if result["platform"].get("boot_s") is not None]
+    every_run = [r for result in results for r in result.runs]
+    validity = {(r.loadgen or {}).get("validity") for r in every_run}  # every run must be valid
+    boots = [result.platform["boot_s"] for result in results if result.platform.get("boot_s") is not None]
     # GPU rows: the GPU model, its mean sampled utilisation and the process's peak memory, from
     # the records the job verified (dlvirt.system.gpu); empty for CPU rows and older results
-    gpus = [r["gpu"] for r in runs if r.get("gpu")]
+    gpus = [r.gpu for r in runs if r.gpu]
     utils = [g["util_mean_pct"] for g in gpus if g.get("util_mean_pct") is not None]
     peaks = [g["peak_mib"] for g in gpus if g.get("peak_mib") is not None]
     # PIN scenarios' recorded placement (VNL has none): the most sockets / nodes any launch spanned
-    placements = [result["platform"]["placement"] for result in results if result["platform"].get("placement")]
+    placements = [result.platform["placement"] for result in results if result.platform.get("placement")]
     return {
-        "tool": first["tool"],
-        "app": first["app"],
-        **{k: scenario[k] for k in ("platform", "cores", "pinning", "processor")},
-        "scenario": first["scenario_name"],
-        "vmm": first["platform"].get("vmm"),
+        "tool": first.tool,
+        "app": first.app,
+        "platform": scenario.platform,
+        "cores": scenario.cores,
+        "pinning": scenario.pinning,
+        "processor": scenario.processor,
+        "scenario": first.scenario_name,
+        "vmm": first.platform.get("vmm"),
         "replicates": len(results),
         "reps": len(runs),
         "min_reps": min(len(kept) for kept in per_launch),
@@ -90,23 +94,24 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
         "pre_s": phase("pre_s"),
         "infer_s": phase("infer_s"),
         "post_s": phase("post_s"),
-        "samples": int(np.mean([r["samples"] for r in runs])),
-        "samples_per_s": float(np.mean([r["samples_per_s"] for r in runs])),
-        "loadgen_valid": validity == {"VALID"} if "loadgen" in runs[0] else None,
-        "accel": first["platform"].get("accel", "none"),
+        "samples": int(np.mean([r.samples for r in runs])),
+        "samples_per_s": float(np.mean([r.samples_per_s for r in runs])),
+        "loadgen_valid": validity == {"VALID"} if runs[0].loadgen is not None else None,
+        "accel": first.platform.get("accel", "none"),
         # what the guest took to boot (VM, MVM, VMCN record it; empty for platforms that do not boot)
         "boot_s": float(np.mean(boots)) if boots else None,
-        "threads_policy": runs[0]["threads"]["policy"],
-        "threads": runs[0]["threads"]["intra_op"],
-        "dataset_source": first["dataset"]["source"],
-        "model": first["model"].get("model"),
+        "threads_policy": runs[0].threads["policy"],
+        "threads": runs[0].threads["intra_op"],
+        "dataset_source": first.dataset["source"],
+        "model": first.model.get("model"),
         # a smaller stand-in (BERT-tiny for BERT-large) says so; it is never evidence for a claim
-        "reference_model": bool(first["model"].get("mlperf_reference_size", True)),
-        "weights": first["model"]["weights"],
-        "host": first["host"],
-        "site": first.get("site", LOCAL_SITE),
+        "reference_model": bool(first.model.get("mlperf_reference_size", True)),
+        "weights": first.model["weights"],
+        "host": first.host,
+        "site": first.site or LOCAL_SITE,
         # results written before nodes were recorded say so rather than guess
-        "hardware": " + ".join(sorted({hardware_label(r["node"]) if "node" in r else "not recorded" for r in results})),
+        "hardware": " + ".join(sorted({hardware_label(r.node) if r.node is not None else "not recorded"
+                                       for r in results})),
         "gpu": gpus[0].get("model") if gpus and len(gpus) == len(runs) else None,
         "gpu_util_pct": float(np.mean(utils)) if utils else None,
         "gpu_mem_mib": float(max(peaks)) if peaks else None,
@@ -116,11 +121,11 @@ def summarise_launches(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def launch_key(result: dict[str, Any]) -> tuple[Any, ...]:
+def launch_key(result: JobResult) -> tuple[Any, ...]:
     """What makes launches replicates of one row (MVM's VMM too: QEMU's microvm is not Firecracker)."""
-    s = result["scenario"]
-    return (result["tool"], result["app"], s["platform"], s["cores"], s["pinning"], s["processor"],
-            result.get("site", LOCAL_SITE), result["platform"].get("vmm"))
+    s = result.scenario
+    return (result.tool, result.app, s.platform, s.cores, s.pinning, s.processor,
+            result.site or LOCAL_SITE, result.platform.get("vmm"))
 
 
 def mixed_hardware(frame: pd.DataFrame) -> list[str]:
@@ -135,9 +140,9 @@ def mixed_hardware(frame: pd.DataFrame) -> list[str]:
 
 
 def summarise(paths: list[Path]) -> pd.DataFrame:
-    launches: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    launches: dict[tuple[Any, ...], list[JobResult]] = {}
     for path in paths:
-        result = read_json(path)
+        result = JobResult.read(path)
         launches.setdefault(launch_key(result), []).append(result)
     rows = [summarise_launches(group) for group in launches.values()]
     frame = pd.DataFrame(rows, columns=COLUMNS)

@@ -13,10 +13,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
-from dlvirt.system import topology
+from dlvirt.core.records import HarnessJob, HarnessOutput
+from dlvirt.core.scenario import Scenario
+from dlvirt.system import gpu, topology
 from dlvirt.system.engines import Daemon
 from dlvirt.system.hostinfo import Capabilities
-from dlvirt.core.scenario import Scenario
 
 
 class PlatformError(RuntimeError):
@@ -91,10 +92,26 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
     return problems
 
 
-def job_input_paths(job: dict[str, Any]) -> list[Path]:
+def mismatches(expected: Expected, harness: HarnessOutput, uses_gpu: bool = False) -> dict[int, list[str]]:
+    """Every repetition's (warm-ups included) mismatches with ``expected`` (and, ``uses_gpu``, its
+    missing GPU use), by repetition; empty when each one got what was asked."""
+    found = {r.repetition: verify(expected, r.observed) + (gpu.usage_problems(r.to_dict()) if uses_gpu else [])
+             for r in harness.warmups + harness.runs}
+    return {rep: problems for rep, problems in found.items() if problems}
+
+
+def require_verified(what: str, expected: Expected, harness: HarnessOutput, uses_gpu: bool = False) -> None:
+    """Raise VerificationError naming ``what`` and every mismatch, unless every repetition got what was asked."""
+    problems = mismatches(expected, harness, uses_gpu)
+    if problems:
+        lines = "; ".join(f"rep {rep}: {', '.join(p)}" for rep, p in problems.items())
+        raise VerificationError(f"{what}: the platform did not give what was asked: {lines}")
+
+
+def job_input_paths(job: HarnessJob) -> list[Path]:
     """Host files and folders the harness reads: the dataset folder and every ``path`` in the app's
     settings (a real dataset, a weights file). Platforms with their own file system share exactly these."""
-    found = [Path(job["dataset_dir"]).resolve()]
+    found = [Path(job.dataset_dir).resolve()]
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
@@ -104,7 +121,7 @@ def job_input_paths(job: dict[str, Any]) -> list[Path]:
                 else:
                     walk(value)
 
-    walk(job["app_settings"])
+    walk(job.app_settings)
     return sorted(set(found))
 
 
@@ -147,7 +164,7 @@ class Platform(ABC):
         """Create the platform (cgroup, container engine state, VM) before any run."""
 
     @abstractmethod
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         """Run the harness with ``job`` inside the platform; return the harness's output document."""
 
     @abstractmethod

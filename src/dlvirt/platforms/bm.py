@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups, observe, topology
-from dlvirt.core.atomic import read_json, write_json_atomic
-from dlvirt.system.hostinfo import Capabilities
-from dlvirt.platforms.base import Expected, Platform, PlatformError
+from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
+from dlvirt.platforms.base import Expected, Platform, PlatformError
+from dlvirt.system import cgroups, observe, topology
+from dlvirt.system.hostinfo import Capabilities
 
 
 def harness_command(job_path: Path, out_dir: Path) -> list[str]:
@@ -83,12 +83,12 @@ class BareMetal(Platform):
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         job_path = self.workdir / "job.json"
         out_dir = self.workdir / "out"
-        write_json_atomic(job_path, job)
+        job.write(job_path)
         run_harness_process(harness_command(job_path, out_dir), self.environment(), timeout_s, self._preexec)
-        return read_json(out_dir / "harness.json")
+        return HarnessOutput.read(out_dir / "harness.json")
 
     def expected(self) -> Expected:
         quota = self.host_quota

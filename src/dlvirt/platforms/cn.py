@@ -28,7 +28,7 @@ from requests.exceptions import RequestException
 from dlvirt.platforms import container_image
 
 from dlvirt.system import docker_engine
-from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
@@ -118,7 +118,7 @@ class Container(Platform):
             self.cpus = online_cpus()
         self.memory = memory_bytes(self.config.get("memory", "8g"))
 
-    def _host_config(self, job_path: Path, out_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+    def _host_config(self, job_path: Path, out_dir: Path, job: HarnessJob) -> dict[str, Any]:
         mounts = [Mount(str(p), str(p), type="bind", read_only=True) for p in job_input_paths(job)]
         mounts += [Mount(JOB_PATH, str(job_path), type="bind", read_only=True),
                    Mount(OUT_DIR, str(out_dir), type="bind", read_only=False)]
@@ -134,11 +134,11 @@ class Container(Platform):
         return {**cpu, **gpus, "mounts": mounts, "network_mode": "none", "privileged": False,
                 "mem_limit": self.memory, "cgroupns": "host"}
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         job_path = self.workdir.resolve() / "job.json"  # bind mounts need absolute paths
         out_dir = self.workdir.resolve() / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(job_path, job)
+        job.write(job_path)
         environment = {"HOME": "/tmp", **({"CUDA_VISIBLE_DEVICES": ""} if self.scenario.processor == "CPU" else {})}
         try:
             self.container = self.client.containers.create(
@@ -167,8 +167,8 @@ class Container(Platform):
             why = " (out of memory: platforms.CN.memory)" if state.get("OOMKilled") else ""
             raise PlatformError(f"harness exited with status {status['StatusCode']} in container "
                                 f"{self.container.short_id}{why} (see the log above)")
-        harness: dict[str, Any] = read_json(out_dir / "harness.json")
-        self.start_to_harness_s = harness["entered_unix"] - self.launched_unix
+        harness = HarnessOutput.read(out_dir / "harness.json")
+        self.start_to_harness_s = harness.entered_unix - self.launched_unix
         return harness
 
     def _copy_logs(self) -> None:

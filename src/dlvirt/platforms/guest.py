@@ -15,6 +15,7 @@ start marker appears on its serial console (the console is a file the host polls
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 
 import dlvirt
 from dlvirt.platforms import guestimage
-from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
 from dlvirt.core.scenario import Scenario
@@ -142,7 +143,7 @@ def _copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, copy_function=link_or_copy)
 
 
-def guest_inputs(job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
+def guest_inputs(job: HarnessJob) -> tuple[HarnessJob, dict[str, Path]]:
     """The job as the guest sees it, and the host inputs to put on the job disk: every path the
     harness reads (``job_input_paths``) moves to ``/job/inputs/<i>/<name>``."""
     files: dict[str, Path] = {}
@@ -159,8 +160,8 @@ def guest_inputs(job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
             return [rewrite(v) for v in node]
         return node
 
-    guest_job = {**job, "app_settings": rewrite(job["app_settings"]),
-                 "dataset_dir": moved[str(Path(job["dataset_dir"]).resolve())]}
+    guest_job = dataclasses.replace(job, app_settings=rewrite(job.app_settings),
+                                    dataset_dir=moved[str(Path(job.dataset_dir).resolve())])
     return guest_job, files
 
 
@@ -232,7 +233,7 @@ class GuestPlatform(Platform):
         """Host-side checks while the guest runs; the returned facts go into describe()."""
         return {}
 
-    def guest_script(self, job: dict[str, Any]) -> str:
+    def guest_script(self, job: HarnessJob) -> str:
         """The shell script that runs the harness inside the guest."""
         return (f'PY={self.guest_python}; [ -x "$PY" ] || PY=python3\n'
                 f"PYTHONPATH={GUEST_JOB_DIR}/src exec \"$PY\" -m dlvirt.run.harness "
@@ -252,13 +253,13 @@ class GuestPlatform(Platform):
         # vCPU i runs on host_cpus[i]: node by node, core by core, so guest sockets match host nodes
         self.host_cpus = self.placement.vcpu_order if self.placement else None
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         guest_job, files = guest_inputs(job)
         out = self.execute(self.guest_script(guest_job), timeout_s, files=files, job=guest_job)
-        return read_json(out / "harness.json")  # type: ignore[no-any-return]
+        return HarnessOutput.read(out / "harness.json")
 
     def execute(self, script: str, timeout_s: float, *, files: dict[str, Path] | None = None,
-                job: dict[str, Any] | None = None) -> Path:
+                job: HarnessJob | None = None) -> Path:
         """Boot a guest that runs ``script`` (sh) with ``files`` under /job; return the host copy
         of the guest's /job/out. Raises PlatformError on timeout or a non-zero exit status."""
         staging = self.disk_dir / "jobdisk"
@@ -270,7 +271,7 @@ class GuestPlatform(Platform):
         package = Path(dlvirt.__file__).parent
         shutil.copytree(package, staging / "src" / "dlvirt", ignore=shutil.ignore_patterns("__pycache__"))
         if job is not None:
-            write_json_atomic(staging / "job.json", job)
+            job.write(staging / "job.json")
         for name, src in (files or {}).items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             _copy_tree(src, staging / name) if src.is_dir() else shutil.copy2(src, staging / name)

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from dlvirt.core.atomic import read_json, write_json_atomic
-from dlvirt.system.engines import Daemon
-from dlvirt.platforms.guest import GUEST_JOB_DIR, guest_inputs
-from dlvirt.system.hostinfo import Capabilities
-from dlvirt.platforms.base import Expected, PlatformError, verify
-from dlvirt.platforms.vm import VirtualMachine
+from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
+from dlvirt.platforms.base import Expected, PlatformError, mismatches
+from dlvirt.platforms.guest import GUEST_JOB_DIR, guest_inputs
+from dlvirt.platforms.vm import VirtualMachine
+from dlvirt.system.engines import Daemon
+from dlvirt.system.hostinfo import Capabilities
 
 SPEC = "vmcn.json"
 CONTAINER_FACTS = "container.json"
@@ -58,7 +59,7 @@ class ContainerInVM(VirtualMachine):
             raise PlatformError(f"the guest image {self.boot_files.rootfs.parent} has no preloaded CN image")
         self.container_facts: dict[str, Any] = {}
 
-    def guest_script(self, job: dict[str, Any]) -> str:
+    def guest_script(self, job: HarnessJob) -> str:
         return (f"export DOCKER_HOST={GUEST_DOCKER_URL}\n"
                 f"dockerd --host {GUEST_DOCKER_URL} --iptables=false --ip-forward=false --bridge=none "
                 f"> /tmp/dockerd.log 2>&1 &\n"
@@ -67,7 +68,7 @@ class ContainerInVM(VirtualMachine):
                 f"PYTHONPATH={GUEST_JOB_DIR}/src {self.guest_python} -m dlvirt.platforms.vmcn "
                 f"{GUEST_JOB_DIR}/{SPEC}\n")
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         guest_job, files = guest_inputs(job)
         spec = self.disk_dir / SPEC
         write_json_atomic(spec, {
@@ -78,7 +79,7 @@ class ContainerInVM(VirtualMachine):
         out = self.execute(self.guest_script(guest_job), timeout_s, files={**files, SPEC: spec}, job=guest_job)
         spec.unlink()
         self.container_facts = read_json(out / CONTAINER_FACTS)
-        return read_json(out / "harness.json")  # type: ignore[no-any-return]
+        return HarnessOutput.read(out / "harness.json")
 
     def expected(self) -> Expected:
         from dlvirt.platforms.cn import memory_bytes
@@ -104,14 +105,13 @@ def guest_main(spec_path: Path) -> int:
     from dlvirt.platforms.cn import Container
 
     spec = read_json(spec_path)
-    job = read_json(Path(GUEST_JOB_DIR) / "job.json")
+    job = HarnessJob.read(Path(GUEST_JOB_DIR) / "job.json")
     scenario = Scenario.from_dict(spec["scenario"])
     with Container(scenario, spec["container"], Path(GUEST_JOB_DIR), spec["run_id"]) as container:
         harness = container.run(job, float(spec["timeout_s"]))
         expected = container.expected()
         described = container.describe()
-    problems = {r["repetition"]: verify(expected, r["observed"]) for r in harness["warmups"] + harness["runs"]}
-    problems = {rep: p for rep, p in problems.items() if p}
+    problems = mismatches(expected, harness)
     write_json_atomic(Path(GUEST_JOB_DIR) / "out" / CONTAINER_FACTS,
                       {"describe": described, "expected": vars(expected), "problems": problems})
     if problems:

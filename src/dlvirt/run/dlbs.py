@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt.system import observe
 from dlvirt.apps.base import App
+from dlvirt.core.records import HarnessJob, Repetition
+from dlvirt.system import observe
 
 LOG_NAME = "dlbs.log"
 # DLBS's key-value line: leading blanks, __key__, optional blanks, '=', a JSON value.
@@ -85,11 +86,11 @@ def settings_for(section: dict[str, Any], app: str) -> dict[str, Any]:
     return merged
 
 
-def experiment(job: dict[str, Any], framework: str, model: str) -> dict[str, Any]:
+def experiment(job: HarnessJob, framework: str, model: str) -> dict[str, Any]:
     """The DLBS ``exp.*`` parameters of one job."""
-    settings = job["dlbs"]
-    batch = settings["exp.replica_batch"] or int(job["batch_size"])
-    gpu = job["scenario"]["processor"] == "GPU"
+    settings = dlbs_section(job)
+    batch = settings["exp.replica_batch"] or job.batch_size
+    gpu = job.scenario.processor == "GPU"
     return {
         "exp.framework": framework,
         "exp.model": model,
@@ -110,20 +111,26 @@ def experimenter_script(checkout: Path) -> Path:
     return checkout / "python" / "dlbs" / "experimenter.py"
 
 
-def experimenter_model(job: dict[str, Any]) -> str | None:
+def dlbs_section(job: HarnessJob) -> dict[str, Any]:
+    if job.dlbs is None:
+        raise DlbsError(f"job {job.run_id} ({job.tool} {job.app}) has no dlbs settings")
+    return job.dlbs
+
+
+def experimenter_model(job: HarnessJob) -> str | None:
     """DLBS's model id when this job is timed by a DLBS checkout's experimenter, else None."""
-    if not job["dlbs"].get("path"):
+    if not dlbs_section(job).get("path"):
         return None
-    checkout = Path(job["dlbs"]["path"])
+    checkout = Path(dlbs_section(job)["path"])
     if not experimenter_script(checkout).is_file():
         raise DlbsError(f"dlbs.path {checkout}: no python/dlbs/experimenter.py (not a DLBS checkout, "
                         f"or not visible inside the platform)")
-    return DLBS_MODELS.get(job["app"])
+    return DLBS_MODELS.get(job.app)
 
 
-def experimenter_provenance(job: dict[str, Any], framework: str) -> dict[str, Any]:
+def experimenter_provenance(job: HarnessJob, framework: str) -> dict[str, Any]:
     return {"model": experimenter_model(job), "framework": framework, "weights": "random",
-            "implementation": f"DLBS experimenter at {job['dlbs']['path']}"}
+            "implementation": f"DLBS experimenter at {dlbs_section(job)['path']}"}
 
 
 def results(params: dict[str, Any], times_ms: np.ndarray) -> dict[str, Any]:
@@ -158,8 +165,8 @@ def experimenter_command(checkout: Path, params: dict[str, Any], log_file: Path)
             *(f"-P{key}={json.dumps(value)}" for key, value in args.items())]
 
 
-def _time_experimenter(job: dict[str, Any], params: dict[str, Any], log_file: Path) -> np.ndarray:
-    checkout = Path(job["dlbs"]["path"])
+def _time_experimenter(job: HarnessJob, params: dict[str, Any], log_file: Path) -> np.ndarray:
+    checkout = Path(dlbs_section(job)["path"])
     env = dict(os.environ, DLBS_ROOT=str(checkout),
                PYTHONPATH=os.pathsep.join(filter(None, [str(checkout / "python"), os.environ.get("PYTHONPATH")])))
     # Its own session, so that a failure or Ctrl-C here also stops the benchmark processes it launched.
@@ -178,7 +185,7 @@ def _time_experimenter(job: dict[str, Any], params: dict[str, Any], log_file: Pa
     return np.asarray(data, dtype=float)
 
 
-def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> dict[str, Any]:
+def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repetition:
     """Time one repetition's batches and write its DLBS log; the record the harness keeps."""
     rep_dir = out_dir / f"rep-{rep:04d}"
     rep_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +200,7 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
         backend = "dlvirt"
         params["exp.model_title"] = title
         log_file.write_text(format_log({**params, **results(params, times_ms),
-                                        "exp.id": f"{job['run_id']}-{rep}", "exp.proj": "dlvirt"}))
+                                        "exp.id": f"{job.run_id}-{rep}", "exp.proj": "dlvirt"}))
     else:
         times_ms = _time_experimenter(job, params, log_file)
         backend = "DLBS experimenter"
@@ -202,18 +209,10 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
     infer_s = float(times_ms.sum()) / 1000.0
     samples = params["exp.effective_batch"] * len(times_ms)
     summary = results(params, times_ms)
-    return {
-        "repetition": rep,
-        "e2e_s": infer_s,  # model-only: the timed batches, nothing else
-        "phases": {"infer_s": infer_s},
-        "samples": samples,
-        "batches": len(times_ms),
-        "samples_per_s": samples / infer_s if infer_s > 0 else None,
-        "dlbs": {"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
-                 **{k: summary[k] for k in ("results.time", "results.time_std", "results.throughput")}},
-        "observed": observed,
-        "threads": {**app.threads.to_dict(), "process_threads_peak": observe.process_threads()},
-        "quality": {},
-        "started_utc": started.isoformat(),
-        "finished_utc": finished.isoformat(),
-    }
+    return Repetition.measured(
+        repetition=rep, e2e_s=infer_s,  # model-only: the timed batches, nothing else
+        phases={"infer_s": infer_s}, samples=samples, batches=len(times_ms), observed=observed,
+        threads={**app.threads.to_dict(), "process_threads_peak": observe.process_threads()},
+        quality={}, started=started, finished=finished,
+        dlbs={"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
+              **{k: summary[k] for k in ("results.time", "results.time_std", "results.throughput")}})

@@ -11,6 +11,7 @@ is the sum of the time spent in that phase's calls (phases overlap, so they add 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -25,14 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt.run import dlbs
-
-from dlvirt.system import gpu, observe
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
-from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.interval import relative_half_width
+from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
+from dlvirt.run import dlbs
 from dlvirt.run.repetitions import stop_reason
+from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
 
 
@@ -160,10 +160,10 @@ class OfflinePipeline:
             self.thread.join()
 
 
-def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> dict[str, Any]:
+def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repetition:
     import mlperf_loadgen as lg
 
-    settings_cfg = job["loadgen"]
+    settings_cfg = job.loadgen
     rep_dir = out_dir / f"rep-{rep:04d}"
     rep_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
@@ -184,7 +184,7 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
     log_settings.log_output = log_out
     log_settings.enable_trace = False
 
-    pipeline = OfflinePipeline(app, int(job["batch_size"]), lg)
+    pipeline = OfflinePipeline(app, job.batch_size, lg)
     app.begin_repetition(rep_dir)
     sut = lg.ConstructSUT(pipeline.issue_queries, pipeline.flush_queries)
     # QSL load/unload are no-ops on purpose: E2E includes reading samples from storage.
@@ -205,27 +205,19 @@ def run_repetition(app: App, job: dict[str, Any], rep: int, out_dir: Path) -> di
         raise RuntimeError(f"repetition {rep}: LoadGen issued no query")
     detail = parse_loadgen_detail(rep_dir / "mlperf_log_detail.txt")
     e2e = pipeline.completed_at - pipeline.issued_at
-    return {
-        "repetition": rep,
-        "e2e_s": e2e,
-        "phases": {"pre_s": pipeline.pre_s, "infer_s": pipeline.infer_s, "post_s": pipeline.post_s},
-        "samples": pipeline.samples,
-        "batches": pipeline.batches,
-        "samples_per_s": pipeline.samples / e2e if e2e > 0 else None,
-        "loadgen": {
+    return Repetition.measured(
+        repetition=rep, e2e_s=e2e,
+        phases={"pre_s": pipeline.pre_s, "infer_s": pipeline.infer_s, "post_s": pipeline.post_s}, samples=pipeline.samples, batches=pipeline.batches, observed=observed,
+        threads={**app.threads.to_dict(), "post_workers": 1, "process_threads_peak": pipeline.process_threads},
+        quality=quality, started=started, finished=finished,
+        loadgen={
             "samples_per_s": detail.get("result_samples_per_second"),
             "validity": detail.get("result_validity"),
             "min_duration_met": detail.get("result_min_duration_met"),
             "min_queries_met": detail.get("result_min_queries_met"),
             "performance_sample_count": perf_count,
             "settings": {k: settings_cfg[k] for k in sorted(settings_cfg)},
-        },
-        "observed": observed,
-        "threads": {**app.threads.to_dict(), "post_workers": 1, "process_threads_peak": pipeline.process_threads},
-        "quality": quality,
-        "started_utc": started.isoformat(),
-        "finished_utc": finished.isoformat(),
-    }
+        })
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,54 +228,48 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2:
         print("usage: python -m dlvirt.run.harness JOB.json OUT_DIR", file=sys.stderr)
         return 2
-    job = json.loads(Path(argv[0]).read_text())
+    job = HarnessJob.read(Path(argv[0]))
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
-    plan = plan_threads(job["threads"], observed)
-    app = app_class(job["app"])(job["app_settings"], Path(job["dataset_dir"]), job["scenario"]["processor"], plan)
+    plan = plan_threads(job.threads, observed)
+    app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan)
     # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
-    experimenter = job["tool"] == "dlbs" and dlbs.experimenter_model(job) is not None
-    measure = dlbs.run_repetition if job["tool"] == "dlbs" else run_repetition
+    experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None
+    measure = dlbs.run_repetition if job.tool == "dlbs" else run_repetition
     load_start = time.perf_counter()
     if not experimenter:
         app.load_model()
     load_s = time.perf_counter() - load_start
     # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
     # never counted in the statistics.
-    warmups: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
-    n_warmup = int(job["warmup_repetitions"])
+    warmups: list[Repetition] = []
+    runs: list[Repetition] = []
     rep, stopped = 0, None
     while stopped is None:
-        is_warmup = rep < n_warmup
+        is_warmup = rep < job.warmup_repetitions
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
-        with gpu.sampled(job["scenario"]["processor"] == "GPU") as sampler:
+        with gpu.sampled(job.scenario.processor == "GPU") as sampler:
             record = measure(app, job, rep, out_dir)
-        if sampler is not None:
-            # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
-            record["gpu"] = gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
-        record["warmup"] = is_warmup
-        print(f"[harness] {job['app']} {job['scenario_name']} {'warm-up' if is_warmup else 'rep'} {rep}: "
-              f"{'model-only' if job['tool'] == 'dlbs' else 'E2E'} {record['e2e_s']:.3f} s, "
-              f"{record['samples']} samples", flush=True)
+        # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
+        used = None if sampler is None else gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
+        record = dataclasses.replace(record, warmup=is_warmup, gpu=used)
+        print(f"[harness] {job.app} {job.scenario_name} {'warm-up' if is_warmup else 'rep'} {rep}: "
+              f"{'model-only' if job.tool == 'dlbs' else 'E2E'} {record.e2e_s:.3f} s, "
+              f"{record.samples} samples", flush=True)
         (warmups if is_warmup else runs).append(record)
         rep += 1
-        if rep >= n_warmup:
-            stopped = stop_reason(job["repetitions"], [r["e2e_s"] for r in runs])
-    write_json_atomic(out_dir / "harness.json", {
-        "app": job["app"],
-        "entered_unix": entered_unix,
-        "runs": runs,
-        "warmups": warmups,
-        "repetitions": {"asked": job["repetitions"], "ran": len(runs), "stop": stopped,
-                        "rel_ci95": relative_half_width([r["e2e_s"] for r in runs])},
-        "model_load_s": load_s,
-        "dataset": app.dataset_info,
-        "model": dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
-        "versions": {"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
-        "stack": python_stack(),
-    })
+        if rep >= job.warmup_repetitions:
+            stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
+    HarnessOutput(
+        app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
+        repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
+                     "rel_ci95": relative_half_width([r.e2e_s for r in runs])},
+        model_load_s=load_s, dataset=app.dataset_info,
+        model=dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
+        versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
+        stack=python_stack(),
+    ).write(out_dir / "harness.json")
     return 0
 
 

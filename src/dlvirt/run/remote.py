@@ -18,6 +18,7 @@ else as the user's ssh configuration says.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -32,7 +33,8 @@ from typing import IO, Any
 import dlvirt
 from dlvirt.apps.base import DATASET_INFO
 from dlvirt.core.atomic import read_json, write_json_atomic
-from dlvirt.run.runner import new_run_id, stop_on_sigterm
+from dlvirt.core.records import JobResult, JobSpec
+from dlvirt.run.runner import new_run_id, publish_result, stop_on_sigterm
 
 COMPLETE = ".dlvirt-complete"  # written last into a staged tree
 SKIP = ("__pycache__",)
@@ -173,30 +175,30 @@ def write_remote_facts(host: SshHost, output: Path) -> None:
     write_json_atomic(output, remote_facts(host))
 
 
-def _local_only_inputs(spec: dict[str, Any], dataset_dir: Path) -> str | None:
+def _local_only_inputs(spec: JobSpec, dataset_dir: Path) -> str | None:
     """Inputs that live outside the dataset folder, which this version does not copy to an edge host."""
-    app = spec["app"]
+    app = spec.app
     if read_json(dataset_dir / DATASET_INFO).get("root"):
         return f"apps.{app}.dataset.path (a real dataset on this host)"
-    if (spec["app_settings"].get("weights") or {}).get("path"):
+    if (spec.app_settings.get("weights") or {}).get("path"):
         return f"apps.{app}.weights.path (a weights file on this host)"
     return None
 
 
-def run_job_remote(host: SshHost, spec: dict[str, Any], output: Path, loadgen_dir: Path) -> dict[str, Any]:
+def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     """Run one benchmark job on ``host`` and write its result here, as ``runner.run_job`` does locally."""
     stop_on_sigterm()
-    dataset_dir = Path(spec["dataset_dir"])
+    dataset_dir = Path(spec.dataset_dir)
     unsupported = _local_only_inputs(spec, dataset_dir)
     if unsupported:
         raise RemoteError(f"host {host.site}: {unsupported} cannot be used on an edge host yet; "
                           "run that app there with synthetic inputs and random weights")
     code = host.stage_code()
     dataset_sha = tree_sha256(dataset_dir)
-    dataset = f"datasets/{spec['app']}-{dataset_sha}"
+    dataset = f"datasets/{spec.app}-{dataset_sha}"
     host.stage(dataset_dir, dataset)
     job_dir = f"jobs/{new_run_id()}"
-    remote_spec = {**spec, "dataset_dir": dataset}
+    remote_spec = dataclasses.replace(spec, dataset_dir=dataset).to_dict()
     bench = (f"-m dlvirt bench --spec {shlex.quote(json.dumps(remote_spec, sort_keys=True))} "
              f"--output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen")
     script = f"mkdir -p {job_dir} && echo $$ > {job_dir}/pid && {host.python_command(code, bench)}"
@@ -207,7 +209,7 @@ def run_job_remote(host: SshHost, spec: dict[str, Any], output: Path, loadgen_di
         # stdout/stderr inherited: the remote runner's output (progress, errors) lands in this job's log
         with subprocess.Popen(host.argv(script), stdin=subprocess.DEVNULL) as ssh:
             try:
-                returncode = ssh.wait(timeout=float(spec["timeout_s"]) + STOP_GRACE_S + 300)
+                returncode = ssh.wait(timeout=float(spec.timeout_s) + STOP_GRACE_S + 300)
             except BaseException:
                 ssh.kill()
                 stop_remote_job(host, job_dir)
@@ -215,14 +217,10 @@ def run_job_remote(host: SshHost, spec: dict[str, Any], output: Path, loadgen_di
         if returncode != 0:
             raise RemoteError(f"host {host.site}: the remote benchmark job failed ({returncode}); see the log above")
         host.fetch(job_dir, fetched)
-        result: dict[str, Any] = read_json(fetched / "run.json")
-        result["site"] = host.site
-        result["transport"] = {**host.describe(), "code_sha256": code.split("/")[-1], "dataset_sha256": dataset_sha}
-        if loadgen_dir.exists():
-            shutil.rmtree(loadgen_dir)
-        loadgen_dir.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(fetched / "loadgen"), str(loadgen_dir))
-        write_json_atomic(output, result)
+        result = dataclasses.replace(
+            JobResult.read(fetched / "run.json"), site=host.site,
+            transport={**host.describe(), "code_sha256": code.split("/")[-1], "dataset_sha256": dataset_sha})
+        publish_result(result, output, fetched / "loadgen", loadgen_dir)
         return result
     finally:
         shutil.rmtree(fetched, ignore_errors=True)

@@ -1,0 +1,254 @@
+"""The documents a benchmark job passes along, as typed records.
+
+spec (the workflow's ``benchmark_spec``) → ``JobSpec`` → the runner makes the ``HarnessJob``
+(``job.json``, read inside the platform) → the harness writes a ``HarnessOutput`` (``harness.json``)
+of ``Repetition`` records → the runner, after verifying, publishes the ``JobResult``
+(``results/runs/...json``) that the summary reads.
+
+Each record converts to and from the JSON document it is on disk (``to_dict`` / ``from_dict``);
+``from_dict`` checks every field's presence and type and names the field of a malformed document.
+A field is added with one line: ``name: type = default`` (give it a default, so that documents
+written before it existed still read). A field whose default is None is left out of the document
+while it is None (the documents written before these records did the same).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.scenario import Scenario
+
+
+class RecordError(ValueError):
+    """A document does not have the shape of its record; the message names the document and field."""
+
+
+def _kind(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp)
+
+
+def _load(tp: Any, value: Any, where: str) -> Any:
+    """``value`` read as type ``tp``; RecordError naming ``where`` when it is not one."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in (o for o in options if o is not type(None)):
+            try:
+                return _load(option, value, where)
+            except RecordError as err:
+                errors.append(err)
+        raise errors[0]
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return tp.from_dict(value, where)
+    if tp is Scenario:
+        if not isinstance(value, dict):
+            raise RecordError(f"{where}: expected a scenario object, got {value!r}")
+        try:
+            return Scenario.from_dict(value)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RecordError(f"{where}: not a scenario ({err})") from None
+    if origin is list:
+        if not isinstance(value, list):
+            raise RecordError(f"{where}: expected a list, got {value!r}"[:300])
+        (item,) = typing.get_args(tp)
+        return [_load(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecordError(f"{where}: expected an object, got {value!r}"[:300])
+        _, item = typing.get_args(tp)
+        return value if item is Any else {k: _load(item, v, f"{where}.{k}") for k, v in value.items()}
+    # JSON has one kind of number: an integral float field may hold an int (kept as written)
+    wanted: tuple[type, ...] = (int, float) if tp is float else (tp,)
+    if not isinstance(value, wanted) or (isinstance(value, bool) and tp is not bool):
+        raise RecordError(f"{where}: expected {_kind(tp)}, got {value!r}"[:300])
+    return value
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, Record | Scenario):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of the records: conversion to and from their JSON documents."""
+
+    _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+
+    @classmethod
+    def _types(cls) -> dict[str, Any]:
+        if cls not in Record._hints:
+            Record._hints[cls] = typing.get_type_hints(cls)
+        return Record._hints[cls]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
+                if not (f.default is None and getattr(self, f.name) is None)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> Self:
+        """The record of document ``data``; ``where`` names it in errors (a file, a field path)."""
+        where = where or cls.__name__
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected a {cls.__name__} object, got {data!r}"[:300])
+        hints = cls._types()
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise RecordError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))} "
+                              f"(a {cls.__name__} has {', '.join(known)})")
+        values = {}
+        for name, spec in known.items():
+            if name in data:
+                values[name] = _load(hints[name], data[name], f"{where}.{name}")
+            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise RecordError(f"{where}: missing field {name!r}")
+        return cls(**values)
+
+    @classmethod
+    def read(cls, path: Path) -> Self:
+        return cls.from_dict(read_json(path), str(path))
+
+    def write(self, path: Path) -> None:
+        """Write the document atomically (a reader never sees half of it)."""
+        write_json_atomic(path, self.to_dict())
+
+
+@dataclass(frozen=True)
+class JobSpec(Record):
+    """What the workflow asks of one job (``benchmark_spec`` in workflow/rules/common.smk)."""
+
+    tool: str
+    app: str
+    scenario: Scenario
+    repetitions: int | dict[str, Any]  # a fixed count, or adaptive {min, max, rel_ci95} (run.repetitions)
+    warmup_repetitions: int
+    threads: str                    # thread-pool sizing policy: granted | naive
+    timeout_s: float
+    batch_size: int
+    loadgen: dict[str, Any]
+    app_settings: dict[str, Any]    # the app's config section
+    dataset_dir: str
+    platform_settings: dict[str, Any]
+    allow_emulation: bool
+    dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
+
+
+@dataclass(frozen=True)
+class HarnessJob(Record):
+    """What the harness inside the platform is told (``job.json``): the spec's app side, paths as
+    the platform sees them."""
+
+    tool: str
+    app: str
+    scenario: Scenario
+    scenario_name: str
+    repetitions: int | dict[str, Any]
+    warmup_repetitions: int
+    threads: str
+    batch_size: int
+    loadgen: dict[str, Any]
+    app_settings: dict[str, Any]
+    dataset_dir: str
+    run_id: str
+    dlbs: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str) -> HarnessJob:
+        return cls(tool=spec.tool, app=spec.app, scenario=spec.scenario, scenario_name=spec.scenario.name,
+                   repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
+                   threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
+                   app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs)
+
+
+@dataclass(frozen=True)
+class Repetition(Record):
+    """One measured (or warm-up) repetition, as the harness recorded it inside the platform."""
+
+    repetition: int
+    e2e_s: float                    # E2E wall time (tool dlbs: the timed batches only)
+    phases: dict[str, float]        # pre_s, infer_s, post_s (tool dlbs: infer_s only)
+    samples: int
+    batches: int
+    samples_per_s: float | None
+    observed: dict[str, Any]        # what the harness saw of its platform (dlvirt.system.observe)
+    threads: dict[str, Any]
+    quality: dict[str, Any]
+    started_utc: str
+    finished_utc: str
+    warmup: bool = False
+    loadgen: dict[str, Any] | None = None  # tool mlperf: LoadGen's verdict and settings
+    dlbs: dict[str, Any] | None = None     # tool dlbs: the DLBS parameters and results
+    gpu: dict[str, Any] | None = None      # GPU scenarios: devices, framework state, sampled use (system.gpu)
+
+    @classmethod
+    def measured(cls, repetition: int, e2e_s: float, phases: dict[str, float], samples: int, batches: int,
+                 observed: dict[str, Any], threads: dict[str, Any], quality: dict[str, Any],
+                 started: datetime, finished: datetime, *, loadgen: dict[str, Any] | None = None,
+                 dlbs: dict[str, Any] | None = None) -> Repetition:
+        """The record of one repetition of either tool (its rate derived from ``samples`` and ``e2e_s``)."""
+        return cls(repetition=repetition, e2e_s=e2e_s, phases=phases, samples=samples, batches=batches,
+                   samples_per_s=samples / e2e_s if e2e_s > 0 else None, observed=observed, threads=threads,
+                   quality=quality, started_utc=started.isoformat(), finished_utc=finished.isoformat(),
+                   loadgen=loadgen, dlbs=dlbs)
+
+
+@dataclass(frozen=True)
+class HarnessOutput(Record):
+    """What the harness hands back out of the platform (``harness.json``)."""
+
+    app: str
+    entered_unix: float             # wall clock when the harness was up (start-up overhead)
+    runs: list[Repetition]
+    warmups: list[Repetition]
+    model_load_s: float
+    dataset: dict[str, Any]         # the dataset's provenance (DATASET_INFO)
+    model: dict[str, Any]           # the model's provenance
+    versions: dict[str, Any]
+    repetitions: dict[str, Any] | None = None  # asked, ran, why it stopped, rel_ci95 (run.repetitions)
+    stack: dict[str, Any] | None = None  # the Python stack the harness ran on (hostinfo.python_stack)
+
+
+@dataclass(frozen=True)
+class JobResult(Record):
+    """One job's verified result (``results/runs/<tool>/<app>/<scenario>.json``)."""
+
+    tool: str
+    app: str
+    scenario: Scenario
+    scenario_name: str
+    platform: dict[str, Any]        # the platform's own description (Platform.describe)
+    expected: dict[str, Any]        # what every repetition was verified against
+    verified: bool
+    host: str
+    run_id: str
+    spec: JobSpec
+    runs: list[Repetition]
+    warmups: list[Repetition]
+    dataset: dict[str, Any]
+    model: dict[str, Any]
+    versions: dict[str, Any]
+    model_load_s: float
+    repetitions: dict[str, Any] | None = None  # as the harness reported them; absent in older results
+    stack: dict[str, Any] | None = None
+    node: dict[str, Any] | None = None   # absent in results written before nodes were recorded
+    slurm: dict[str, Any] | None = None  # the SLURM allocation the job ran in, if any
+    site: str | None = None              # an edge host's site; absent for this host
+    transport: dict[str, Any] | None = None  # how an edge job reached its host
