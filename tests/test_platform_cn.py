@@ -153,7 +153,7 @@ def test_container_killed_mid_run_leaves_no_container_and_no_result(engine, cn_i
 
 def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_dataset, tmp_path):
     job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
-    bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job),
+    bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
                               "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
