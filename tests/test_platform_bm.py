@@ -31,10 +31,11 @@ def ic_dataset(tmp_path_factory) -> Path:
 
 
 def spec(dataset: Path, cores: int, pinning: str, **extra) -> JobSpec:
-    return JobSpec.from_dict({"tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
-            "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"], "app_settings": IC_SETTINGS,
-            "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra})
+    return JobSpec.from_dict({
+        "tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
+        "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"], "app_settings": IC_SETTINGS,
+        "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
+        "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra})
 
 
 def our_cgroups() -> list[Path]:
@@ -119,9 +120,9 @@ def test_observation_differing_from_the_request_fails_the_job(ic_dataset, tmp_pa
 def test_adaptive_repetitions_stop_once_the_interval_is_tight(ic_dataset, tmp_path):
     adaptive = {"min": 3, "max": 50, "rel_ci95": 0.05}
     result = run_job(spec(ic_dataset, 1, "PIN", repetitions=adaptive), tmp_path / "run.json", tmp_path / "lg")
-    record = result["repetitions"]
+    record = result.repetitions
     print(f"adaptive: {record}")
-    assert record["asked"] == adaptive and record["ran"] == len(result["runs"])
+    assert record["asked"] == adaptive and record["ran"] == len(result.runs)
     assert record["stop"] == "rel_ci95 reached" and 3 <= record["ran"] < 50
     assert record["rel_ci95"] <= 0.05
 
@@ -139,7 +140,8 @@ def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_
     runs = tmp_path / "runs"
     live = runs / "BM" / f".work-{os.getpid()}-0000abcd-live"  # this test's own: its runner is alive
     live.mkdir(parents=True)
-    job = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(spec(ic_dataset, 1, "PIN")),
+    job = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec",
+                            json.dumps(spec(ic_dataset, 1, "PIN").to_dict()),
                             "--output", str(runs / "BM" / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

@@ -63,7 +63,8 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.system.cgroups import CgroupError
     from dlvirt.system.engines import EngineError
 
-    if isinstance(err, (UsageError, ConfigError, RecordError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+    if isinstance(err, (UsageError, ConfigError, RecordError, FileNotFoundError, IsADirectoryError,
+                        NotADirectoryError)):
         return EXIT_INPUT
     if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
         return EXIT_RUN

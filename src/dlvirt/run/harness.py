@@ -207,7 +207,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     e2e = pipeline.completed_at - pipeline.issued_at
     return Repetition.measured(
         repetition=rep, e2e_s=e2e,
-        phases={"pre_s": pipeline.pre_s, "infer_s": pipeline.infer_s, "post_s": pipeline.post_s}, samples=pipeline.samples, batches=pipeline.batches, observed=observed,
+        phases={"pre_s": pipeline.pre_s, "infer_s": pipeline.infer_s, "post_s": pipeline.post_s},
+        samples=pipeline.samples, batches=pipeline.batches, observed=observed,
         threads={**app.threads.to_dict(), "post_workers": 1, "process_threads_peak": pipeline.process_threads},
         quality=quality, started=started, finished=finished,
         loadgen={
