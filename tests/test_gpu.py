@@ -4,6 +4,7 @@ GPU; the real thing runs in benchmarks/gpu_vs_cpu.py on a GPU machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -15,6 +16,8 @@ import pytest
 
 from dlvirt.analysis.aggregate import summarise_launches
 from dlvirt.analysis.rows import verified_gpu_rows
+from dlvirt.core.records import JobResult
+from dlvirt.core.scenario import Scenario
 from dlvirt.system import gpu
 
 TORCH_ON_GPU = {"framework": "pytorch", "framework_gpus": ["NVIDIA H200"], "weights_device": "cuda:0",
@@ -110,13 +113,14 @@ def test_cpu_scenarios_sample_nothing():
 
 def test_summary_columns_and_only_verified_gpu_rows_count(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch, util=87, pid=os.getpid())
-    runs = [{"e2e_s": 2.0 + i / 100, "phases": {"pre_s": 1.0, "infer_s": 0.5, "post_s": 0.1}, "samples": 8,
-             "samples_per_s": 4.0, "threads": {"policy": "granted", "intra_op": 2}, **sampled_record(TORCH_ON_GPU)}
+    recorded = JobResult.read(Path(__file__).parent / "fixtures" / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
+    runs = [dataclasses.replace(recorded.runs[0], e2e_s=2.0 + i / 100,
+                                phases={"pre_s": 1.0, "infer_s": 0.5, "post_s": 0.1}, samples=8, samples_per_s=4.0,
+                                threads={"policy": "granted", "intra_op": 2}, **sampled_record(TORCH_ON_GPU))
             for i in range(3)]
-    result = {"tool": "mlperf", "app": "ic", "scenario": {"platform": "BM", "cores": 2, "pinning": "PIN",
-                                                             "processor": "GPU"},
-              "scenario_name": "BM/2/PIN/GPU", "runs": runs, "platform": {}, "dataset": {"source": "synthetic"},
-              "model": {"weights": "random"}, "host": "h"}
+    result = dataclasses.replace(recorded, scenario=Scenario.parse("BM/2/PIN/GPU"), scenario_name="BM/2/PIN/GPU",
+                                 runs=runs, platform={}, dataset={"source": "synthetic"},
+                                 model={"weights": "random"}, host="h")
     row = summarise_launches([result])
     assert row["gpu"] == "NVIDIA H200" and row["gpu_util_pct"] == 87 and row["gpu_mem_mib"] == 1536
     cpu = {**row, "processor": "CPU", "gpu": None, "gpu_util_pct": None, "gpu_mem_mib": None}
