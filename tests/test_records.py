@@ -28,7 +28,7 @@ def test_a_malformed_document_names_the_field():
         JobResult.from_dict(bad, "r.json")
     bad = copy.deepcopy(document)
     del bad["spec"]["repetitions"]
-    with pytest.raises(RecordError, match=r"r\.json\.spec: missing field 'repetitions'"):
+    with pytest.raises(RecordError, match=r"r\.json\.spec: lacks repetitions$"):
         JobResult.from_dict(bad, "r.json")
     bad = copy.deepcopy(document)
     bad["spec"]["repetition"] = 3

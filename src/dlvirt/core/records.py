@@ -57,7 +57,9 @@ def _load(tp: Any, value: Any, where: str) -> Any:
             raise RecordError(f"{where}: expected a scenario object, got {value!r}")
         try:
             return Scenario.from_dict(value)
-        except (KeyError, TypeError, ValueError) as err:
+        except KeyError as err:
+            raise RecordError(f"{where}: lacks {err.args[0]}") from None
+        except (TypeError, ValueError) as err:
             raise RecordError(f"{where}: not a scenario ({err})") from None
     if origin is list:
         if not isinstance(value, list):
@@ -114,13 +116,11 @@ class Record:
         if unknown:
             raise RecordError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))} "
                               f"(a {cls.__name__} has {', '.join(known)})")
-        values = {}
-        for name, spec in known.items():
-            if name in data:
-                values[name] = _load(hints[name], data[name], f"{where}.{name}")
-            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                raise RecordError(f"{where}: missing field {name!r}")
-        return cls(**values)
+        missing = [name for name, spec in known.items() if name not in data
+                   and spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING]
+        if missing:
+            raise RecordError(f"{where}: lacks {', '.join(missing)}")
+        return cls(**{name: _load(hints[name], data[name], f"{where}.{name}") for name in known if name in data})
 
     @classmethod
     def read(cls, path: Path) -> Self:
