@@ -127,3 +127,34 @@ def test_summary_columns_and_only_verified_gpu_rows_count(tmp_path, monkeypatch)
     idle = {**row, "cores": 1, "gpu_util_pct": 0.0}
     kept = verified_gpu_rows(pd.DataFrame([row, cpu, idle]))
     assert list(zip(kept["processor"], kept["cores"], strict=True)) == [("GPU", 2), ("CPU", 2)]
+
+
+# -- VM/*/GPU: what passthrough and the guest's driver need -------------------------------------------
+
+def test_passthrough_left_out_reasons_say_what_is_missing(tmp_path):
+    from dlvirt.core.scenario import Scenario
+    from dlvirt.platforms.vm import VirtualMachine, passthrough_unavailable
+    from dlvirt.system.hostinfo import Capabilities
+
+    assert passthrough_unavailable({}, "platforms.VM") == \
+        "platforms.VM.gpu_pci_address is not set (the GPU to pass through)"
+    assert passthrough_unavailable({"gpu_pci_address": "ff:1f.7"}, "platforms.VM") == \
+        "platforms.VM.gpu_pci_address ff:1f.7: no such PCI device on this host"
+    # a GPU host (as nvidia-smi would report it) whose settings name no card
+    caps = Capabilities(cpus=(0,), gpus=("GPU 0: NVIDIA H200 (UUID: GPU-0)",), kvm_device=True, hw_virt=True,
+                        docker=False, qemu=True, libvirt=True, firecracker=False, cgroup_version=2)
+    why = VirtualMachine.unavailable_reason(Scenario("VM", 1, "VNL", "GPU"), caps,
+                                            {"allow_emulation": True, "platforms": {"VM": {}}})
+    assert why == "platforms.VM.gpu_pci_address is not set (the GPU to pass through)"
+
+
+def test_guest_driver_is_debians_unless_configured(tmp_path):
+    from dlvirt.platforms.guestimage import NVIDIA_DRIVER_PACKAGES, ImageError, gpu_driver_packages
+
+    assert gpu_driver_packages({}) == (NVIDIA_DRIVER_PACKAGES, ())
+    deb = tmp_path / "nvidia-driver-570.deb"
+    deb.write_bytes(b"!<arch>\n")
+    assert gpu_driver_packages({"packages": ["nvidia-tesla-driver"], "debs": [str(deb)]}) == \
+        (("nvidia-tesla-driver",), (deb,))
+    with pytest.raises(ImageError, match=r"platforms.VM.gpu_driver.debs: no such file: .*missing.deb"):
+        gpu_driver_packages({"debs": [str(tmp_path / "missing.deb")]})

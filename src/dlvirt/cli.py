@@ -349,9 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_image)
 
     p = sub.add_parser("guest-image", parents=[retry], help="build a guest disk image (VM, MVM, VMCN) offline")
-    p.add_argument("--variant", required=True, choices=["probe", "full", "docker"])
+    p.add_argument("--variant", required=True, choices=["probe", "full", "gpu", "docker"])
     p.add_argument("--output-dir", required=True)
-    p.add_argument("--cn-settings", default="{}", help="the config's platforms.CN section as JSON")
+    p.add_argument("--cn-settings", default="{}", help="the config's platforms.CN section as JSON "
+                   "(and platforms.VM.gpu_driver as gpu_driver, variant gpu)")
     p.add_argument("--cn-image", default="", help="the CN image to preload (variant docker)")
     p.set_defaults(func=_cmd_guest_image)
 

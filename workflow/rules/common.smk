@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dlvirt.apps import app_class  # noqa: E402
 from dlvirt.analysis.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
-from dlvirt.platforms.container_image import content_tag as cn_content_tag, image_inputs as cn_image_inputs  # noqa: E402
+from dlvirt.platforms.container_image import content_tag as cn_content_tag, host_lock, image_inputs as cn_image_inputs  # noqa: E402
 from dlvirt.plan.leftout import APPS, TOOLS, study_gaps  # noqa: E402
 from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
@@ -181,6 +181,9 @@ def platform_settings(platform):
 
 
 def platform_images(wildcards):
+    # VM/*/*/GPU boots the gpu variant (the NVIDIA driver for the passed-through card)
+    if wildcards.platform == "VM" and wildcards.processor == "GPU" and not config["platforms"]["VM"].get("image_dir"):
+        return [f"{GUEST_IMAGE_DIR}/gpu/image.json"]
     return PLATFORM_IMAGES.get(wildcards.platform, [])
 
 
@@ -252,7 +255,7 @@ def guest_image_inputs(wildcards):
     """The recipe; the lock (variants with a Python stack); the CN image marker (docker)."""
     inputs = ["src/dlvirt/platforms/guestimage.py"]
     if wildcards.variant != "probe":
-        inputs.append("envs/requirements.txt")
+        inputs.append(host_lock())
     if wildcards.variant == "docker":
         inputs.append(CN_IMAGE_MARKER)
     return inputs
@@ -261,6 +264,8 @@ def guest_image_inputs(wildcards):
 def guest_image_settings(wildcards):
     """CN settings: the Debian mirror for every variant, the engine and image for "docker" only."""
     cn = config["platforms"]["CN"]
+    if wildcards.variant == "gpu":
+        return quoted_json({"debian_mirror": cn.get("debian_mirror"), "gpu_driver": config["platforms"]["VM"]["gpu_driver"]})
     if wildcards.variant != "docker":
         return quoted_json({"debian_mirror": cn.get("debian_mirror")})
     return quoted_json(cn)

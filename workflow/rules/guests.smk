@@ -1,6 +1,7 @@
 # Guest disk images of VM, MVM and VMCN (dlvirt.platforms.guestimage): debootstrap bookworm, the Debian
 # kernel and a small initrd, the Python stack from the host's wheelhouse (the lock, as for CN);
-# "docker" also holds the CN image. Rebuilt only when the recipe, the lock or the CN image change.
+# "gpu" (VM/*/GPU) adds the NVIDIA driver; "docker" also holds the CN image. Rebuilt only when the
+# recipe, the lock or the CN image change.
 rule guest_image:
     input:
         guest_image_inputs,
@@ -11,7 +12,7 @@ rule guest_image:
         cn_settings=guest_image_settings,
         cn_image=lambda w: CN_IMAGE if w.variant == "docker" else "",
     wildcard_constraints:
-        variant="probe|full|docker",
+        variant="probe|full|gpu|docker",
     retries: DOWNLOAD_RETRIES
     resources:
         debian_cache=1,

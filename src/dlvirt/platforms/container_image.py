@@ -1,7 +1,10 @@
 """The CN benchmark image, built without any registry and named by what went into it.
 
 - Base: ``debootstrap --variant=minbase bookworm`` + ``docker import`` (Docker Hub is not needed).
-- Python layer: the host resolves the pinned lock (``envs/requirements.txt``) into a wheelhouse
+- Python layer: the host resolves its own pinned lock (the stack setup.sh chose: the CPU lock
+  ``envs/requirements.txt``, or on a GPU host the CUDA one ``envs/requirements-gpu.txt``, whose
+  image ``--gpus`` scenarios run; the NVIDIA driver's libraries come from the NVIDIA Container
+  Toolkit at run time) into a wheelhouse
   (``pip wheel``: wheels as published, pure-Python sdists built once here) and the Dockerfile
   installs it offline through a BuildKit bind mount, so the wheels are in no layer and the
   container runs exactly the library versions bare metal runs.
@@ -31,9 +34,11 @@ from docker.errors import ImageNotFound
 from dlvirt.system import docker_engine
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.system.engines import EngineError, locked
+from dlvirt.system.hostinfo import python_stack
 
 DOCKERFILE = "envs/cn.Dockerfile"
-REQUIREMENTS = "envs/requirements.txt"
+# The lock of each stack (setup.sh installs one on the host; the images get the host's).
+LOCKS = {"cpu": "envs/requirements.txt", "gpu": "envs/requirements-gpu.txt"}
 # The label carrying the image's own tag (the harness reads the same tag from inside the image).
 TAG_LABEL = "dlvirt.image"
 IMAGE_REPO = "dlvirt-cn"
@@ -47,12 +52,21 @@ LOCAL_WHEELS = Path("/opt/wheels")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
+def host_stack() -> str:
+    return str(python_stack()["stack"])
+
+
+def host_lock() -> str:
+    """The lock of the host's stack, relative to the repository: what the images install."""
+    return LOCKS[host_stack()]
+
+
 def image_inputs(root: Path) -> list[Path]:
     """Every file whose content the image depends on (the Snakemake rule's inputs too)."""
     package = Path(root) / "src" / "dlvirt"
     code = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix in (".py", ".typed")
                   and "__pycache__" not in p.parts)
-    return [Path(root) / DOCKERFILE, Path(root) / REQUIREMENTS, Path(root) / "pyproject.toml", *code]
+    return [Path(root) / DOCKERFILE, Path(root) / host_lock(), Path(root) / "pyproject.toml", *code]
 
 
 def _digest(parts: list[tuple[str, bytes]]) -> str:
@@ -133,7 +147,7 @@ def build_base(client: Any, settings: dict[str, Any], workdir: Path) -> str:
 
 def resolve_wheelhouse(root: Path, context: Path) -> None:
     """The lock's wheels under ``context/wheelhouse``, resolved again only when the lock changed."""
-    requirements = Path(root) / REQUIREMENTS
+    requirements = Path(root) / host_lock()
     wheelhouse = context / "wheelhouse"
     stamp = wheelhouse / ".requirements.sha256"
     want = hashlib.sha256(requirements.read_bytes()).hexdigest()
@@ -141,10 +155,16 @@ def resolve_wheelhouse(root: Path, context: Path) -> None:
         return
     shutil.rmtree(wheelhouse, ignore_errors=True)
     wheelhouse.mkdir(parents=True)
-    extra = [] if glob.glob(str(LOCAL_WHEELS / "torch-2.13.0+cpu-*.whl")) else ["--extra-index-url", TORCH_CPU_INDEX]
-    if LOCAL_WHEELS.is_dir():
-        extra += ["--find-links", str(LOCAL_WHEELS)]
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", *extra, "-w", str(wheelhouse), "-r", str(requirements)])
+    env = dict(os.environ)
+    if host_stack() == "gpu":
+        extra: list[str] = []
+        env["PIP_FIND_LINKS"] = ""  # PyPI's CUDA torch 2.13.0: a local +cpu wheel would satisfy the pin too
+    else:
+        extra = [] if glob.glob(str(LOCAL_WHEELS / "torch-2.13.0+cpu-*.whl")) else ["--extra-index-url", TORCH_CPU_INDEX]
+        if LOCAL_WHEELS.is_dir():
+            extra += ["--find-links", str(LOCAL_WHEELS)]
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", *extra, "-w", str(wheelhouse), "-r", str(requirements)],
+         env=env)
     shutil.copy2(requirements, context / "requirements.txt")
     stamp.write_text(want + "\n")
 
@@ -192,7 +212,8 @@ def build(root: Path, settings: dict[str, Any], client: Any, workdir: Path) -> s
     cli, env = buildkit_cli()
     url = docker_engine.engine_url(settings)
     _run([*cli, "--progress=plain", "--network=none", "-f", str(root / DOCKERFILE), "-t", tag,
-          "--build-arg", f"BASE={base}", "--build-arg", f"DLVIRT_IMAGE={tag}", str(context)],
+          "--build-arg", f"BASE={base}", "--build-arg", f"DLVIRT_IMAGE={tag}",
+          "--build-arg", f"DLVIRT_STACK={host_stack()}", "--build-arg", f"DLVIRT_LOCK={host_lock()}", str(context)],
          env={**os.environ, **env, "DOCKER_HOST": url})
     return tag
 

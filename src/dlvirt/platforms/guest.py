@@ -193,6 +193,10 @@ class GuestPlatform(Platform):
         self.last_run: GuestRun | None = None
         self.accel_note: str | None = None
 
+    def variant(self) -> str:
+        """The guest image variant this scenario boots."""
+        return self.image_variant
+
     # -- planning -----------------------------------------------------------------------------
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
@@ -246,7 +250,7 @@ class GuestPlatform(Platform):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.disk_dir.mkdir(parents=True, exist_ok=True)
         self.caps = capabilities()
-        self.boot_files = BootFiles.resolve(self.config, self.image_variant, self.name)
+        self.boot_files = BootFiles.resolve(self.config, self.variant(), self.name)
         self.accel = planned_accel(self.caps)
         self.vcpus = self.scenario.cores
         self.placement = self.place(tuple(sorted(os.sched_getaffinity(0)))) if self.scenario.pinned else None

@@ -6,8 +6,12 @@ only), and ``image.json`` describing what is in it. Variants:
 
 - ``probe``: python3 only. Enough for the platform tests: the dlvirt package comes on the job disk
   of every run, and ``observe`` needs nothing but the standard library.
-- ``full``: the same Python stack as bare metal (``envs/requirements.txt``), installed from a
+- ``full``: the same Python stack as bare metal (the host's lock), installed from a
   wheelhouse resolved on the host (``pip wheel``), so the guest never needs the network.
+- ``gpu``: ``full`` plus the NVIDIA kernel driver for a passed-through GPU (``VM/*/GPU``): Debian's
+  ``nvidia-driver`` and ``nvidia-smi`` from non-free (the module is built by DKMS against the
+  guest kernel's headers), or the packages ``platforms.VM.gpu_driver`` names, from the mirror or as
+  local ``.deb`` files (a newer driver than Debian's, e.g. for a GPU that Debian's does not know).
 - ``docker``: ``docker.io`` with the CN image preloaded into the guest's Docker storage, and the
   Docker SDK: VMCN runs dlvirt's CN platform *inside* the guest, which runs the harness in that
   container exactly as CN does on the host (so the guest needs no DL stack of its own).
@@ -33,7 +37,7 @@ from typing import Any
 
 from dlvirt.core.atomic import write_json_atomic
 
-VARIANTS = ("probe", "full", "docker")
+VARIANTS = ("probe", "full", "gpu", "docker")
 IMAGE_FILES = ("image.json", "rootfs.img", "vmlinuz", "initrd.img")  # what an image directory holds
 DEFAULT_DIR = "resources/guest"  # <DEFAULT_DIR>/<variant>/, relative to the workflow directory
 SUITE = "bookworm"
@@ -52,8 +56,27 @@ BASE_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "udev", "python
 VARIANT_PACKAGES = {
     "probe": (),
     "full": ("python3-venv", "ca-certificates"),
+    "gpu": ("python3-venv", "ca-certificates"),  # + the driver's packages (gpu_driver_packages)
     "docker": ("python3-venv", "ca-certificates", "docker.io", "iptables"),
 }
+# The gpu variant's NVIDIA driver by default: Debian's, from non-free (DKMS builds the module for the
+# guest kernel, hence its headers); the components it needs are enabled in that image only.
+NVIDIA_DRIVER_PACKAGES = ("nvidia-driver", "nvidia-smi", "nvidia-modprobe", "linux-headers-amd64")
+NON_FREE_COMPONENTS = "main,contrib,non-free,non-free-firmware"
+
+
+def gpu_driver_packages(driver: dict[str, Any] | None) -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """``platforms.VM.gpu_driver`` as (Debian package names, local .deb files): Debian's driver by
+    default. A named .deb that does not exist is an error naming the key."""
+    driver = driver or {}
+    packages = tuple(driver.get("packages") or NVIDIA_DRIVER_PACKAGES)
+    debs = tuple(Path(d) for d in driver.get("debs") or ())
+    missing = [str(d) for d in debs if not d.is_file()]
+    if missing:
+        raise ImageError(f"platforms.VM.gpu_driver.debs: no such file: {', '.join(missing)}")
+    return packages, debs
+
+
 # Only what the guest needs to find its disks: a 6-7 MB initrd boots much faster under TCG than
 # Debian's default MODULES=most one.
 INITRD_MODULES = ("virtio_pci", "virtio_mmio", "virtio_blk", "virtio_console", "ext4", "crc32c_generic")
@@ -73,6 +96,11 @@ mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 hostname dlvirt-guest
+# the gpu image's NVIDIA driver (no udev runs to load it): the module, then its device nodes
+if modprobe -q nvidia 2>/dev/null; then
+    modprobe -q nvidia_uvm 2>/dev/null
+    command -v nvidia-modprobe >/dev/null && nvidia-modprobe -u -c=0
+fi
 mkdir -p /job
 status=125
 if mount LABEL={JOB_LABEL} /job; then
@@ -158,6 +186,26 @@ def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path, on
         shutil.rmtree(staged, ignore_errors=True)
 
 
+def _install_gpu_driver(rootfs: Path, packages: tuple[str, ...], debs: tuple[Path, ...]) -> None:
+    """The NVIDIA driver in the guest, built for its kernel; fails the build naming what is missing."""
+    staged = []
+    for deb in debs:
+        shutil.copy2(deb, rootfs / "tmp" / deb.name)
+        staged.append(f"/tmp/{deb.name}")
+    try:
+        _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages, *staged)
+    except ImageError as err:
+        raise ImageError(f"the gpu guest image could not install the NVIDIA driver ({', '.join(packages + tuple(staged))}; "
+                         f"set platforms.VM.gpu_driver to packages the mirror has, or to local .deb files): {err}") from err
+    finally:
+        for name in staged:
+            (rootfs / name.lstrip("/")).unlink(missing_ok=True)
+    kernel = sorted((rootfs / "lib/modules").iterdir())[-1].name
+    if not list((rootfs / "lib/modules" / kernel).rglob("nvidia.ko*")):
+        raise ImageError(f"the gpu guest image has no nvidia kernel module for its kernel {kernel} after installing "
+                         f"{', '.join(packages + tuple(staged))} (DKMS needs that kernel's headers)")
+
+
 def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any], work: Path) -> None:
     """Copy the CN image from the host's engine into the guest's /var/lib/docker, through a dockerd
     of our own whose data root is the guest's: VMCN then needs no `docker load` (minutes under
@@ -211,13 +259,15 @@ def _sizes_mib(rootfs: Path) -> int:
 
 def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, requirements: Path | None = None,
           docker_image: str | None = None, engine_settings: dict[str, Any] | None = None,
-          mirror: str = DEFAULT_MIRROR, cache_dir: Path | None = None) -> dict[str, Any]:
+          mirror: str = DEFAULT_MIRROR, cache_dir: Path | None = None,
+          gpu_driver: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``variant`` into ``output_dir`` (replaced atomically: a failed build leaves nothing)."""
     if variant not in VARIANTS:
         raise ImageError(f"unknown guest image variant {variant!r} (one of {', '.join(VARIANTS)})")
     for tool in ("debootstrap", "mkfs.ext4", "chroot"):
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             raise ImageError(f"{tool} not found (apt-get install debootstrap e2fsprogs)")
+    driver_packages, driver_debs = gpu_driver_packages(gpu_driver) if variant == "gpu" else ((), ())
     started = time.monotonic()
     output_dir = Path(output_dir).resolve()  # daemons and chroots get absolute paths
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +278,8 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
             cmd.append(f"--cache-dir={cache_dir.resolve()}")
+        if variant == "gpu":
+            cmd.append(f"--components={NON_FREE_COMPONENTS}")
         _run([*cmd, SUITE, str(rootfs), mirror])
         # The initrd is generated by the kernel package's postinst: configure it first.
         _write(rootfs / "etc/initramfs-tools/conf.d/dlvirt", "MODULES=list\nCOMPRESS=zstd\n")
@@ -238,6 +290,8 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
             _chroot(rootfs, "apt-get", "update", "-qq")
             _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "zstd",
                     *BASE_PACKAGES, *VARIANT_PACKAGES[variant])
+            if variant == "gpu":
+                _install_gpu_driver(rootfs, driver_packages, driver_debs)
             if variant != "probe":
                 if wheelhouse is None or requirements is None:
                     raise ImageError(f"the {variant} guest image needs a wheelhouse and a requirements file")
@@ -269,7 +323,8 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
             "kernel": kernels[-1].name.removeprefix("vmlinuz-"),
             "initrd_bytes": (staging / "initrd.img").stat().st_size,
             "rootfs_mib": size_mib,
-            "python_venv": GUEST_VENV if variant == "full" else None,
+            "python_venv": GUEST_VENV if variant in ("full", "gpu") else None,
+            "gpu_driver": list(driver_packages) + [d.name for d in driver_debs] if variant == "gpu" else None,
             "docker_image": docker_image,
             "build_s": round(time.monotonic() - started, 1),
         }
@@ -295,7 +350,8 @@ def read_description(image_dir: Path) -> dict[str, Any]:
 def build_for_workflow(variant: str, output_dir: Path, root: Path, cn_settings: dict[str, Any],
                        cn_image: str | None) -> dict[str, Any]:
     """The workflow's build: the wheelhouse resolved from the lock as for the CN image (shared
-    code, kept beside the guest images), Debian packages cached across variants, the host's mirror."""
+    code, kept beside the guest images), Debian packages cached across variants, the host's mirror.
+    ``cn_settings`` also carries ``platforms.VM.gpu_driver`` for the gpu variant (``gpu_driver``)."""
     from dlvirt.platforms import container_image
 
     output_dir = Path(output_dir)
@@ -303,7 +359,8 @@ def build_for_workflow(variant: str, output_dir: Path, root: Path, cn_settings: 
     wheelhouse = requirements = None
     if variant != "probe":
         container_image.resolve_wheelhouse(Path(root), context)
-        wheelhouse, requirements = context / "wheelhouse", Path(root) / container_image.REQUIREMENTS
+        wheelhouse, requirements = context / "wheelhouse", Path(root) / container_image.host_lock()
     return build(variant, output_dir, wheelhouse=wheelhouse, requirements=requirements,
                  docker_image=cn_image if variant == "docker" else None, engine_settings=cn_settings,
-                 mirror=container_image.debian_mirror(cn_settings), cache_dir=output_dir.parent / "debs")
+                 mirror=container_image.debian_mirror(cn_settings), cache_dir=output_dir.parent / "debs",
+                 gpu_driver=cn_settings.get("gpu_driver"))

@@ -169,6 +169,26 @@ def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Pa
     return ET.tostring(dom, encoding="unicode")
 
 
+def passthrough_unavailable(settings: dict[str, Any], section: str) -> str | None:
+    """Why this host cannot pass ``section.gpu_pci_address`` through to a guest with its driver (None
+    when it can): the address, the device, an IOMMU (VFIO needs one), the configured driver files."""
+    address = settings.get("gpu_pci_address")
+    if not address:
+        return f"{section}.gpu_pci_address is not set (the GPU to pass through)"
+    full = address if address.count(":") == 2 else f"0000:{address}"
+    if not Path(f"/sys/bus/pci/devices/{full.lower()}").exists():
+        return f"{section}.gpu_pci_address {address}: no such PCI device on this host"
+    if not any(Path("/sys/kernel/iommu_groups").glob("*")):
+        return ("no IOMMU groups on this host (enable VT-d/AMD-Vi and boot with intel_iommu=on or amd_iommu=on): "
+                "PCI passthrough needs VFIO")
+    debs = (settings.get("gpu_driver") or {}).get("debs") or []
+    missing = [d for d in debs if not Path(d).is_file()]
+    if missing:
+        return (f"{section}.gpu_driver.debs: {', '.join(missing)} not found (the guest's NVIDIA driver "
+                "packages; empty = Debian's nvidia-driver from non-free)")
+    return None
+
+
 class VirtualMachine(GuestPlatform):
     name = "VM"
 
@@ -178,9 +198,13 @@ class VirtualMachine(GuestPlatform):
         if why is None and not caps.libvirt:
             why = "libvirtd is not installed (apt-get install libvirt-daemon libvirt-daemon-driver-qemu)"
         settings = config.get("platforms", {}).get(cls.name, {})
-        if why is None and scenario.processor == "GPU" and not settings.get("gpu_pci_address"):
-            why = f"platforms.{cls.name}.gpu_pci_address is not set (the GPU to pass through)"
+        if why is None and scenario.processor == "GPU":
+            why = passthrough_unavailable(settings, f"platforms.{cls.name}")
         return why
+
+    def variant(self) -> str:
+        # a passed-through GPU needs the NVIDIA driver in the guest: the gpu image has it
+        return "gpu" if self.scenario.processor == "GPU" else self.image_variant
 
     @classmethod
     def daemons(cls, settings: dict[str, Any]) -> list[engines.Daemon]:
