@@ -25,15 +25,17 @@ TORCH_ON_GPU = {"framework": "pytorch", "framework_gpus": ["NVIDIA H200"], "weig
 
 
 def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, util: int, pid: int | None = None) -> None:
-    """An nvidia-smi on PATH answering the three queries dlvirt makes, for one GPU."""
+    """An nvidia-smi on PATH answering the queries dlvirt makes, for one GPU (readings streamed
+    every 0.1 s, as -lms makes it)."""
     script = tmp_path / "bin" / "nvidia-smi"
     script.parent.mkdir(exist_ok=True)
     apps = f"{pid}, 1536" if pid else ""
     script.write_text(f"""#!/bin/sh
-case "$1" in
-  --query-gpu=index,name,driver_version,memory.total) echo "0, NVIDIA H200, 570.86.15, 143771" ;;
-  --query-gpu=utilization.gpu,memory.used) echo "{util}, 2048" ;;
-  --query-compute-apps=pid,used_memory) echo "{apps}" ;;
+case "$1 $3" in
+  "--query-gpu=index,name,driver_version,memory.total "*) echo "0, NVIDIA H200, 570.86.15, 143771" ;;
+  "--query-gpu=index "*) echo "0" ;;
+  "--query-gpu=utilization.gpu,memory.used -lms=100") while :; do echo "{util}, 2048"; sleep 0.1; done ;;
+  "--query-compute-apps=pid,used_memory "*) echo "{apps}" ;;
   *) exit 9 ;;
 esac
 """)
@@ -103,7 +105,11 @@ def test_nvml_is_preferred_when_the_stack_has_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert gpu.devices() == [{"index": 0, "name": "NVIDIA H200", "driver": "570.86.15", "cuda_driver": "12.8",
                               "memory_total_mib": 141 << 10, "source": "nvml"}]
-    assert gpu.sample() == [{"util_pct": 64.0, "used_mib": 5120.0, "process_mib": 2048.0}]
+    with gpu.sampled(True) as sampler:
+        time.sleep(0.25)
+    usage = sampler.summary()
+    assert usage["source"] == "nvml" and usage["samples"] >= 2 and usage["util_max_pct"] == 64
+    assert usage["used_peak_mib"] == 5120 and usage["process_peak_mib"] == 2048
 
 
 def test_cpu_scenarios_sample_nothing():

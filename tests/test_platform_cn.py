@@ -227,5 +227,6 @@ def test_pytorch_ic_backend_runs_in_the_container(engine, cn_image, ic_dataset, 
     result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
     assert result["verified"] and result["model"]["framework"] == "pytorch" and "torch" in result["versions"]
     assert result["runs"][0]["observed"]["image"] == cn_image and result["runs"][0]["samples"] == 4
-    assert result["stack"]["stack"] == "cpu"
+    # the image records the host's stack it was built from
+    assert result["stack"]["stack"] == "cpu" and result["stack"]["chosen_by"] == "dlvirt image"
     assert our_containers(engine) == []

@@ -160,7 +160,8 @@ def resolve_wheelhouse(root: Path, context: Path) -> None:
         extra: list[str] = []
         env["PIP_FIND_LINKS"] = ""  # PyPI's CUDA torch 2.13.0: a local +cpu wheel would satisfy the pin too
     else:
-        extra = [] if glob.glob(str(LOCAL_WHEELS / "torch-2.13.0+cpu-*.whl")) else ["--extra-index-url", TORCH_CPU_INDEX]
+        local = glob.glob(str(LOCAL_WHEELS / "torch-2.13.0+cpu-*.whl"))
+        extra = [] if local else ["--extra-index-url", TORCH_CPU_INDEX]
         if LOCAL_WHEELS.is_dir():
             extra += ["--find-links", str(LOCAL_WHEELS)]
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", *extra, "-w", str(wheelhouse), "-r", str(requirements)],

@@ -195,8 +195,9 @@ def _install_gpu_driver(rootfs: Path, packages: tuple[str, ...], debs: tuple[Pat
     try:
         _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages, *staged)
     except ImageError as err:
-        raise ImageError(f"the gpu guest image could not install the NVIDIA driver ({', '.join(packages + tuple(staged))}; "
-                         f"set platforms.VM.gpu_driver to packages the mirror has, or to local .deb files): {err}") from err
+        raise ImageError(f"the gpu guest image could not install the NVIDIA driver "
+                         f"({', '.join(packages + tuple(staged))}; set platforms.VM.gpu_driver to packages the "
+                         f"mirror has, or to local .deb files): {err}") from err
     finally:
         for name in staged:
             (rootfs / name.lstrip("/")).unlink(missing_ok=True)

@@ -70,53 +70,99 @@ def devices() -> list[dict[str, Any]]:
              "memory_total_mib": float(r[3]), "source": "nvidia-smi"} for r in rows or [] if len(r) >= 4]
 
 
-def sample() -> list[dict[str, float]] | None:
-    """One reading per GPU: utilisation (%) and used memory (MiB), plus this process's own memory
-    where the driver lists it (inside a PID namespace it may not). None when nothing answers."""
+def _nan_if_zero(mib: float) -> float:
+    return mib if mib else float("nan")
+
+
+def _nvml_sample(nvml: Any) -> list[dict[str, float]]:
+    """One NVML reading per GPU: utilisation (%), used memory (MiB) and this process's own memory
+    where the driver lists it (inside a PID namespace it may not: NaN)."""
     pid = os.getpid()
-    nvml = _nvml()
-    if nvml is not None:
-        readings = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            mine = [p.usedGpuMemory for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                    if p.pid == pid and p.usedGpuMemory is not None]
-            readings.append({"util_pct": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-                             "used_mib": nvml.nvmlDeviceGetMemoryInfo(handle).used / (1 << 20),
-                             "process_mib": sum(mine) / (1 << 20) if mine else float("nan")})
-        return readings
-    rows = _smi("--query-gpu=utilization.gpu,memory.used")
-    if rows is None:
-        return None
+    readings = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        mine = [p.usedGpuMemory for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                if p.pid == pid and p.usedGpuMemory is not None]
+        readings.append({"util_pct": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                         "used_mib": nvml.nvmlDeviceGetMemoryInfo(handle).used / (1 << 20),
+                         "process_mib": _nan_if_zero(sum(mine) / (1 << 20))})
+    return readings
+
+
+def _smi_process_mib() -> float:
+    """This process's GPU memory as nvidia-smi lists it (NaN when it does not list the process)."""
     apps = _smi("--query-compute-apps=pid,used_memory") or []
-    own_mib = sum(float(r[1]) for r in apps if len(r) >= 2 and r[0] == str(pid))
-    return [{"util_pct": float(r[0]), "used_mib": float(r[1]), "process_mib": own_mib or float("nan")}
-            for r in rows if len(r) >= 2]
+    return _nan_if_zero(sum(float(r[1]) for r in apps if len(r) >= 2 and r[0] == str(os.getpid())))
 
 
 class UsageSampler:
-    """Samples every GPU on a background thread while a repetition runs."""
+    """Samples every GPU while a repetition runs: NVML polled on a thread, else one ``nvidia-smi
+    -lms`` process streaming readings (spawning nvidia-smi per sample would load the CPU the
+    repetition is measured on). ``samples`` holds one list of per-GPU readings per instant."""
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.interval_s = interval_s
         self.samples: list[list[dict[str, float]]] = []
+        self.source: str | None = None
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="dlvirt-gpu-sampler", daemon=True)
+        self.proc: subprocess.Popen[str] | None = None
+        self.thread: threading.Thread | None = None
 
-    def _loop(self) -> None:
+    def start(self) -> None:
+        nvml = _nvml()
+        if nvml is not None:
+            self.source = "nvml"
+            self.thread = threading.Thread(target=self._poll, args=(nvml,), name="dlvirt-gpu-sampler", daemon=True)
+        elif shutil.which("nvidia-smi") is not None:
+            self.source = "nvidia-smi"
+            gpus = max(1, len(_smi("--query-gpu=index") or []))
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+                 f"-lms={max(1, round(self.interval_s * 1000))}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.thread = threading.Thread(target=self._read, args=(self.proc, gpus), name="dlvirt-gpu-sampler",
+                                           daemon=True)
+        if self.thread is not None:
+            self.thread.start()
+
+    def _poll(self, nvml: Any) -> None:
         while True:
-            reading = sample()
-            if reading is not None:
-                self.samples.append(reading)
+            self.samples.append(_nvml_sample(nvml))
             if self.stop_event.wait(self.interval_s):
                 return
+
+    def _read(self, proc: subprocess.Popen[str], gpus: int) -> None:
+        assert proc.stdout is not None
+        instant: list[dict[str, float]] = []
+        for line in proc.stdout:
+            fields = [f.strip() for f in line.split(",")]
+            try:
+                instant.append({"util_pct": float(fields[0]), "used_mib": float(fields[1]),
+                                "process_mib": float("nan")})
+            except (IndexError, ValueError):
+                continue
+            if len(instant) == gpus:
+                self.samples.append(instant)
+                instant = []
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.proc is not None:
+            # the process's own memory, once, while the model still holds it
+            own = _smi_process_mib()
+            if self.samples:
+                self.samples[-1] = [{**g, "process_mib": own} for g in self.samples[-1]]
+            self.proc.terminate()
+            self.proc.wait()
+        if self.thread is not None:
+            self.thread.join()
 
     def summary(self) -> dict[str, Any]:
         util = [max(g["util_pct"] for g in s) for s in self.samples if s]
         used = [max(g["used_mib"] for g in s) for s in self.samples if s]
         process = [sum(g["process_mib"] for g in s if g["process_mib"] == g["process_mib"]) for s in self.samples]
         process = [p for p in process if p > 0]
-        return {"samples": len(util), "interval_s": self.interval_s,
+        return {"samples": len(util), "interval_s": self.interval_s, "source": self.source,
                 "util_mean_pct": sum(util) / len(util) if util else None,
                 "util_max_pct": max(util) if util else None,
                 "used_peak_mib": max(used) if used else None,
@@ -130,12 +176,11 @@ def sampled(enabled: bool) -> Iterator[UsageSampler | None]:
         yield None
         return
     sampler = UsageSampler()
-    sampler.thread.start()
+    sampler.start()
     try:
         yield sampler
     finally:
-        sampler.stop_event.set()
-        sampler.thread.join()
+        sampler.stop()
 
 
 def repetition_record(sampler: UsageSampler, app_state: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""BM/N/PIN/GPU against BM/N/PIN/CPU for every app, side by side, on the same machine.
+
+Each app runs through the real runner, harness and LoadGen Offline (``dlvirt.run.runner.run_job``),
+first on the CPU, then on the GPU, with reduced workloads so the whole comparison takes minutes.
+A GPU run counts only after the job verified it (weights on the GPU, utilisation sampled above
+0 %: ``dlvirt.system.gpu``); otherwise the job fails and this script says why. SR has no GPU
+scenario (MLPerf's RNN-T reference is CPU-only): its CPU row is printed alone. IC runs through the
+PyTorch backend unless ``--ic-framework tensorflow`` (a GPU machine may have no TensorFlow).
+
+Needs a GPU machine with the GPU stack (envs/requirements-gpu.txt, or at least torch with CUDA,
+transformers, mlcommons-loadgen, pyyaml). It has not been run by this project yet: its
+development machine has no GPU.
+
+    python benchmarks/gpu_vs_cpu.py [--cores 8] [--reps 3] [--apps ic,sr,nlp,rs] [--ic-framework pytorch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dlvirt.analysis.aggregate import summarise_launches
+from dlvirt.apps import app_class
+from dlvirt.run.runner import run_job
+from dlvirt.system.hostinfo import node_identity
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# Reduced workloads (the real architectures: BERT-large, ResNet50, RNN-T, DLRM), seconds per repetition.
+REDUCED = {
+    "ic": {"batch_size": 32, "dataset": {"count": 256}, "loadgen": {"min_query_count": 256}},
+    "sr": {"batch_size": 1, "dataset": {"count": 4, "seconds": 15}, "loadgen": {"min_query_count": 4}},
+    "nlp": {"batch_size": 4, "dataset": {"count": 12}, "loadgen": {"min_query_count": 12}},
+    "rs": {"batch_size": 8, "dataset": {"count": 400}, "loadgen": {"min_query_count": 400}},
+}
+
+
+def defaults(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The values the schema fills in below ``node`` (as snakemake.utils.validate does)."""
+    if "$ref" in node:
+        node = {**schema["$defs"][node["$ref"].split("/")[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    value = copy.deepcopy(node.get("default"))
+    if isinstance(value, dict):
+        for key, sub in node.get("properties", {}).items():
+            resolved = schema["$defs"][sub["$ref"].split("/")[-1]] if "$ref" in sub else sub
+            if key not in value and ("default" in sub or "default" in resolved):
+                value[key] = defaults(sub, schema)
+    return value
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def app_settings(app: str, ic_framework: str) -> dict[str, Any]:
+    schema = yaml.safe_load(SCHEMA.read_text())
+    settings = merged(defaults(schema["properties"]["apps"]["properties"][app], schema), REDUCED[app])
+    if app == "ic":
+        settings["framework"] = ic_framework
+    return settings
+
+
+def run(app: str, settings: dict[str, Any], dataset: Path, work: Path, cores: int, processor: str,
+        reps: int) -> dict[str, Any]:
+    spec = {"tool": "mlperf", "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": "granted",
+            "timeout_s": 3600, "batch_size": settings["batch_size"], "loadgen": settings["loadgen"],
+            "app_settings": settings, "dataset_dir": str(dataset), "platform_settings": {},
+            "allow_emulation": False,
+            "scenario": {"platform": "BM", "cores": cores, "pinning": "PIN", "processor": processor}}
+    out = work / f"{app}-{processor}"
+    return summarise_launches([run_job(spec, out / "run.json", out / "loadgen")])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cores", type=int, default=min(8, len(os.sched_getaffinity(0))))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--apps", default="ic,sr,nlp,rs")
+    parser.add_argument("--ic-framework", choices=["pytorch", "tensorflow"], default="pytorch")
+    args = parser.parse_args()
+    rows, failures, gpu_label = [], [], ""
+    with tempfile.TemporaryDirectory(prefix="dlvirt-gpu-bench-") as tmp:
+        for app in args.apps.split(","):
+            cls = app_class(app)
+            settings = app_settings(app, args.ic_framework)
+            dataset = Path(tmp) / "datasets" / app
+            cls.prepare_dataset(dataset, settings)
+            cpu = run(app, settings, dataset, Path(tmp), args.cores, "CPU", args.reps)
+            gpu = None
+            if "GPU" in cls.processors:
+                try:
+                    gpu = run(app, settings, dataset, Path(tmp), args.cores, "GPU", args.reps)
+                except Exception as err:  # noqa: BLE001 - a failed GPU job is reported, the others still run
+                    failures.append(f"{app.upper()} GPU: {err}")
+            rows.append((app, settings.get("framework", cls.framework), cpu, gpu, cls.why_no_gpu))
+            if gpu is not None and gpu["gpu"]:
+                gpu_label = str(gpu["gpu"])
+    node = node_identity()
+    print(f"BM/{args.cores}/PIN: CPU {node['cpu_model']} ({node['logical_cpus_online']} CPUs), "
+          f"GPU {gpu_label or 'none verified'}; {args.reps} reps after 1 warm-up, E2E under LoadGen Offline")
+    print(f"{'app':4s} {'framework':10s} {'CPU E2E s':>16s} {'GPU E2E s':>16s} {'CPU/GPU':>8s} "
+          f"{'GPU util %':>10s} {'GPU MiB':>8s}")
+    for app, framework, cpu, gpu, why in rows:
+        cpu_text = f"{cpu['mean_s']:.3f} ± {cpu['ci95_s']:.3f}"
+        if gpu is None:
+            print(f"{app:4s} {framework:10s} {cpu_text:>16s} {'-':>16s}   no GPU run{': ' + why if why else ''}")
+            continue
+        print(f"{app:4s} {framework:10s} {cpu_text:>16s} {gpu['mean_s']:9.3f} ± {gpu['ci95_s']:.3f} "
+              f"{cpu['mean_s'] / gpu['mean_s']:8.2f} {gpu['gpu_util_pct']:10.1f} {gpu['gpu_mem_mib']:8.0f}")
+    for line in failures:
+        print(f"failed: {line}")
+
+
+if __name__ == "__main__":
+    main()
