@@ -261,7 +261,7 @@ def _sizes_mib(rootfs: Path) -> int:
 def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, requirements: Path | None = None,
           docker_image: str | None = None, engine_settings: dict[str, Any] | None = None,
           mirror: str = DEFAULT_MIRROR, cache_dir: Path | None = None,
-          gpu_driver: dict[str, Any] | None = None) -> dict[str, Any]:
+          gpu_driver: dict[str, Any] | None = None, stack: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``variant`` into ``output_dir`` (replaced atomically: a failed build leaves nothing)."""
     if variant not in VARIANTS:
         raise ImageError(f"unknown guest image variant {variant!r} (one of {', '.join(VARIANTS)})")
@@ -299,6 +299,8 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
                 # docker: the guest only drives its dockerd (dlvirt's CN platform, Docker SDK)
                 _install_python_stack(rootfs, Path(wheelhouse), Path(requirements),
                                       only=("docker",) if variant == "docker" else ())
+                if stack is not None and variant != "docker":  # which lock (dlvirt.system.hostinfo.python_stack)
+                    _write(rootfs / GUEST_VENV.lstrip("/") / "dlvirt-stack.json", json.dumps(stack) + "\n")
             _chroot(rootfs, "apt-get", "clean")
         if variant == "docker":
             if docker_image is None:
@@ -364,4 +366,7 @@ def build_for_workflow(variant: str, output_dir: Path, root: Path, cn_settings: 
     return build(variant, output_dir, wheelhouse=wheelhouse, requirements=requirements,
                  docker_image=cn_image if variant == "docker" else None, engine_settings=cn_settings,
                  mirror=container_image.debian_mirror(cn_settings), cache_dir=output_dir.parent / "debs",
-                 gpu_driver=cn_settings.get("gpu_driver"))
+                 gpu_driver=cn_settings.get("gpu_driver"),
+                 stack={"stack": container_image.host_stack(), "lock": container_image.host_lock(),
+                        "reason": "the host stack, whose lock the image was built from",
+                        "chosen_by": "dlvirt guest-image"})
