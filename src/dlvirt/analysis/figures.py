@@ -67,7 +67,9 @@ def absent_note(ax: plt.Axes, rows: pd.DataFrame, platforms: Iterable[str], gaps
     if not absent:
         return
     why = "; ".join(why_missing(gaps, "not in the summary", platforms=absent, **where))
-    chars = int(ax.get_position().width * ax.figure.get_figwidth() * 15)  # ~15 characters per inch at 7 pt
+    figure = ax.get_figure(root=True)
+    assert figure is not None  # axes being drawn on belong to a figure
+    chars = int(ax.get_position().width * figure.get_figwidth() * 15)  # ~15 characters per inch at 7 pt
     ax.text(0.0, -0.2, textwrap.fill(f"not measured on this host: {', '.join(absent)} — {why}", chars),
             transform=ax.transAxes, fontsize=7, va="top", color="#555555")
 

@@ -40,7 +40,8 @@ class Gap:
     def parse(cls, what: str, why: str) -> Gap:
         parts = what.split()
         if what.endswith(EVERY_SCENARIO) and parts[0] in ("app", "tool", "platform", "processor"):
-            return cls(what, why, **{parts[0]: parts[1]})
+            field: dict[str, Any] = {parts[0]: parts[1]}  # one of the str fields just named
+            return cls(what, why, **field)
         if len(parts) == 3:
             return cls(what, why, tool=parts[0], app=parts[1], scenario=Scenario.parse(parts[2]))
         if len(parts) == 1:

@@ -136,11 +136,11 @@ def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Pa
     ET.SubElement(os_el, "initrd").text = str(initrd)
     ET.SubElement(os_el, "cmdline").text = cmdline
     ET.SubElement(ET.SubElement(dom, "features"), "acpi")
-    cpu = ET.SubElement(dom, "cpu", mode="host-passthrough" if accel == "kvm" else "maximum")
+    cpu_el = ET.SubElement(dom, "cpu", mode="host-passthrough" if accel == "kvm" else "maximum")
     if layout is not None:
-        ET.SubElement(cpu, "topology", sockets=str(layout.sockets), dies="1", cores=str(layout.cores),
+        ET.SubElement(cpu_el, "topology", sockets=str(layout.sockets), dies="1", cores=str(layout.cores),
                       threads=str(layout.threads))
-        numa = ET.SubElement(cpu, "numa")
+        numa = ET.SubElement(cpu_el, "numa")
         shares = [memory_mib * len(v) // vcpus for _, v in layout.cells]
         shares[-1] += memory_mib - sum(shares)
         for cell, ((_, cell_vcpus), mib) in enumerate(zip(layout.cells, shares, strict=True)):
@@ -161,7 +161,7 @@ def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Pa
     ET.SubElement(devices, "memballoon", model="none")
     if gpu_pci is not None:
         hostdev = ET.SubElement(devices, "hostdev", mode="subsystem", type="pci", managed="yes")
-        ET.SubElement(ET.SubElement(hostdev, "source"), "address", **gpu_pci)
+        ET.SubElement(ET.SubElement(hostdev, "source"), "address", attrib=gpu_pci)
     # QEMU runs as root without relabelling: the shared base image behind every job's
     # copy-on-write root disk must not be chowned back and forth by concurrent jobs.
     label = ET.SubElement(dom, "seclabel", type="static", model="dac", relabel="no")
