@@ -150,8 +150,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_engines(args: argparse.Namespace) -> int:
-    from dlvirt.system import engines
     from dlvirt.platforms import platform_class
+    from dlvirt.system import engines
 
     if args.action == "down":
         for line in engines.release_recorded(Path(args.state_dir), args.holder):
@@ -195,8 +195,8 @@ def _cmd_guest_image(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.core.atomic import write_json_atomic
     from dlvirt.plan.leftout import plan_document
-    from dlvirt.system.hostinfo import capabilities
     from dlvirt.plan.planner import expand
+    from dlvirt.system.hostinfo import capabilities
 
     config = _json_arg(args, "config", ("study", "apps", "platforms", "host_check"))
     caps = capabilities() if config["host_check"] else None

@@ -23,8 +23,21 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from dlvirt.analysis.rows import (  # noqa: E402
-    BOOT, PHASES, PLATFORM_ORDER, SITE, edge_sites, emulated, first_level_spanning_sockets, host_cores, host_label,
-    load_summaries, main_site, normalised, phase_shares, scenario_order, select,
+    BOOT,
+    PHASES,
+    PLATFORM_ORDER,
+    SITE,
+    edge_sites,
+    emulated,
+    first_level_spanning_sockets,
+    host_cores,
+    host_label,
+    load_summaries,
+    main_site,
+    normalised,
+    phase_shares,
+    scenario_order,
+    select,
 )
 from dlvirt.plan.leftout import reasons  # noqa: E402
 

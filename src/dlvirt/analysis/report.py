@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.analysis.catalog import BY_ID, FigureSpec
-from dlvirt.plan.leftout import reasons
 from dlvirt.analysis.rows import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
+from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.plan.leftout import reasons
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
 
@@ -126,7 +126,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
                              undefined=jinja2.StrictUndefined)
     return env.get_template(TEMPLATE.name).render(
         study=plan_doc["study"],
-        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=metadata.version("dlvirt"),
         plan=plan_doc,
         host_facts=[

@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.core.atomic import read_json, write_text_atomic
-from dlvirt.plan.leftout import APPS, reasons
 from dlvirt.core.scenario import PLATFORMS
+from dlvirt.plan.leftout import APPS, reasons
 
 TABLE2_COLUMNS = ["platform", "site", "engine", "hypervisor", "engine_version", "accelerator", "accelerator_note",
                   "guest_kernel", "kernel_inside", "image", "cpu_modes", "cpu_mechanisms", "processors", "cores",

@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dlvirt.plan.planner import LOCAL_SITE
 from dlvirt.core.scenario import PLATFORMS, PROCESSORS, Scenario
+from dlvirt.plan.planner import LOCAL_SITE  # noqa: F401 - the analysis side reads it from here
 
 APPS = ("ic", "sr", "nlp", "rs")
 TOOLS = ("mlperf", "dlbs")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlvirt.core.errors import ConfigError
-from dlvirt.system.hostinfo import Capabilities
 from dlvirt.core.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
+from dlvirt.system.hostinfo import Capabilities
 
 # Where a job runs: the host Snakemake runs on (or its cluster), else an edge host named under hosts:.
 LOCAL_SITE = "local"

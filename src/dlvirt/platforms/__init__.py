@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dlvirt.platforms.base import Platform
 from dlvirt.core.registry import load_class
+from dlvirt.platforms.base import Platform
 
 # name -> "module:Class"; modules are imported on first use so building the DAG stays fast.
 _REGISTRY = {

@@ -25,15 +25,14 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 from requests.exceptions import RequestException
 
-from dlvirt.platforms import container_image
-
-from dlvirt.system import docker_engine
 from dlvirt.core.records import HarnessJob, HarnessOutput
+from dlvirt.core.scenario import Scenario
+from dlvirt.platforms import container_image
+from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
+from dlvirt.system import docker_engine
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
-from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
-from dlvirt.core.scenario import Scenario
 
 JOB_PATH = "/dlvirt/job.json"
 OUT_DIR = "/dlvirt/out"

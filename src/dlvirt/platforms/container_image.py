@@ -31,8 +31,8 @@ from typing import Any
 
 from docker.errors import ImageNotFound
 
-from dlvirt.system import docker_engine
 from dlvirt.core.atomic import write_json_atomic
+from dlvirt.system import docker_engine
 from dlvirt.system.engines import EngineError, locked
 from dlvirt.system.hostinfo import python_stack
 

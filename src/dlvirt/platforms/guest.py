@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import dlvirt
-from dlvirt.platforms import guestimage
 from dlvirt.core.records import HarnessJob, HarnessOutput
-from dlvirt.system.hostinfo import Capabilities
-from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
 from dlvirt.core.scenario import Scenario
+from dlvirt.platforms import guestimage
+from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
+from dlvirt.system.hostinfo import Capabilities
 
 GUEST_JOB_DIR = "/job"
 # Each guest's disks (copy-on-write root, job disk) and console live in RUN_ROOT/dlvirt-<run id>:

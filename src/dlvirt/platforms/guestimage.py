@@ -28,7 +28,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -213,9 +212,7 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
     TCG) at boot, and the guest runs the very image CN runs."""
     import docker
 
-    from dlvirt.system import docker_engine
-
-    from dlvirt.system import engines
+    from dlvirt.system import docker_engine, engines
 
     tar = work / "cn-image.tar"
     client = docker_engine.connect(engine_settings)

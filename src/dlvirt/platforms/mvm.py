@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPlatform, kernel_cmdline
 from dlvirt.platforms.base import PlatformError
+from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPlatform, kernel_cmdline
 
 QEMU = "qemu-system-x86_64"
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import engines
-from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
-from dlvirt.system.hostinfo import Capabilities
-from dlvirt.platforms.base import Expected, PlatformError
 from dlvirt.core.scenario import Scenario
+from dlvirt.platforms.base import Expected, PlatformError
+from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
+from dlvirt.system import engines
+from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist
 
 URI = "qemu:///system"

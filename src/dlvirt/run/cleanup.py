@@ -14,9 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups
-
-from dlvirt.system import engines
+from dlvirt.system import cgroups, engines
 
 PREFIX = "dlvirt-"
 
