@@ -64,13 +64,17 @@ def write_config(path: Path, data: dict) -> Path:
 GUEST_PLATFORMS = ("VM", "MVM", "VMCN")
 
 
-def smoke_config(guests: bool = False, **overrides: object) -> dict:
+def smoke_config(guests: bool = False, replicates: int = 1, **overrides: object) -> dict:
+    """smoke.yaml, by default with one launch per scenario (its replicates: 2 doubles every job;
+    the tests of replicates and their interleaved order ask for them)."""
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     if not guests:
         matrix = [{**block, "platforms": [p for p in block["platforms"] if p not in GUEST_PLATFORMS]}
                   for block in config["study"]["matrix"]]
         config["study"]["matrix"] = [block for block in matrix if block["platforms"]]
     config.update(overrides)
+    if "replicates" not in (overrides.get("study") or {}):  # type: ignore[operator]
+        config["study"]["replicates"] = replicates
     return config
 
 
@@ -82,6 +86,6 @@ def run_one_job(workdir: Path, app: str, scenario: str, tool: str = "mlperf") ->
     config["study"].update(apps=[app], tools=[tool], matrix=[
         {"platforms": [platform], "cores": [int(cores)], "pinning": [pinning], "processors": [processor]}])
     path = write_config(workdir / f"{tool}-{app}.yaml", config)
-    target = f"results/runs/{tool}/{app}/{scenario}.json"
+    target = f"results/runs/{tool}/{app}/{scenario}/1.json"
     snakemake(workdir, target, "--configfile", str(path))
     return config, json.loads((workdir / target).read_text())

@@ -230,12 +230,12 @@ def test_download_keeps_only_a_file_with_the_right_checksum(tmp_path):
 @pytest.mark.slow
 def test_smoke_run_nlp_mlperf_on_bm(workflow_dir):
     config, run = run_one_job(workflow_dir, "nlp", "BM/1/PIN/CPU")
-    row = summarise([workflow_dir / "results/runs/mlperf/nlp/BM/1/PIN/CPU.json"]).iloc[0]
+    row = summarise([workflow_dir / "results/runs/mlperf/nlp/BM/1/PIN/CPU/1.json"]).iloc[0]
     assert row.reps == 2 and row.loadgen_valid
     assert row.infer_s > 0 and row.pre_s > 0 and row.post_s > 0
     assert row.dataset_source == "synthetic" and row.weights == "random"
     assert run["verified"] and run["runs"][0]["observed"]["affinity"] == run["expected"]["affinity"]
     assert run["model"]["model"] == "BERT-tiny" and not run["model"]["mlperf_reference_size"]
     assert run["runs"][0]["quality"]["scored"] == config["apps"]["nlp"]["loadgen"]["min_query_count"]
-    predictions = workflow_dir / "results/loadgen/mlperf/nlp/BM/1/PIN/CPU/rep-0001/predictions.json"
+    predictions = workflow_dir / "results/loadgen/mlperf/nlp/BM/1/PIN/CPU/1/rep-0001/predictions.json"
     assert len(json.loads(predictions.read_text())) == config["apps"]["nlp"]["dataset"]["count"]

@@ -84,7 +84,7 @@ def test_settings_merge_per_app_and_experimenter_only_for_dlbs_models(tmp_path):
 @pytest.mark.slow
 def test_smoke_run_ic_dlbs_on_bm(workflow_dir):
     config, run = run_one_job(workflow_dir, "ic", "BM/1/VNL/CPU", tool="dlbs")
-    row = summarise([workflow_dir / "results/runs/dlbs/ic/BM/1/VNL/CPU.json"]).iloc[0]
+    row = summarise([workflow_dir / "results/runs/dlbs/ic/BM/1/VNL/CPU/1.json"]).iloc[0]
     assert row.tool == "dlbs" and row.reps == 2
     assert row.mean_s == pytest.approx(row.infer_s) and row.mean_s > 0
     assert np.isnan(row.pre_s) and np.isnan(row.post_s) and pd.isna(row.loadgen_valid)
@@ -92,7 +92,7 @@ def test_smoke_run_ic_dlbs_on_bm(workflow_dir):
     assert run["verified"] and run["runs"][0]["observed"]["quota_cores"] == pytest.approx(1.0)
     batches = config["dlbs"]["exp.num_batches"]
     for rep in run["runs"]:
-        log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/VNL/CPU" / rep["dlbs"]["log"]
+        log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/VNL/CPU/1" / rep["dlbs"]["log"]
         logged = dlbs.parse_log_file(log)
         assert logged["exp.framework"] == "tensorflow" and logged["exp.model"] == "resnet50"
         assert logged["exp.phase"] == "inference" and logged["exp.num_batches"] == batches

@@ -170,13 +170,13 @@ def test_smoke_study_with_an_edge_host(sshd: Sshd, workflow_dir: Path) -> None:
     assert (summary.reps == 1).all() and (summary.mean_s > 0).all()
     assert (results / "figures" / "fig11.png").stat().st_size > 10_000  # the paper's edge figure
 
-    local = json.loads((results / "runs/mlperf/ic/BM/1/PIN/CPU.json").read_text())
+    local = json.loads((results / "runs/mlperf/ic/BM/1/PIN/CPU/1.json").read_text())
     assert "site" not in local
-    edge = json.loads((results / f"sites/edge/runs/mlperf/ic/BM/{cores}/VNL/CPU.json").read_text())
+    edge = json.loads((results / f"sites/edge/runs/mlperf/ic/BM/{cores}/VNL/CPU/1.json").read_text())
     assert edge["site"] == "edge" and edge["verified"] and edge["transport"]["ssh"] == sshd.settings["ssh"]
     observed = edge["runs"][0]["observed"]
     assert observed["affinity"] == sorted(os.sched_getaffinity(0)) and observed["quota_cores"] == pytest.approx(cores)
-    assert (results / f"sites/edge/loadgen/mlperf/ic/BM/{cores}/VNL/CPU/rep-0000/mlperf_log_summary.txt").exists()
+    assert (results / f"sites/edge/loadgen/mlperf/ic/BM/{cores}/VNL/CPU/1/rep-0000/mlperf_log_summary.txt").exists()
 
     # The edge's facts, measured over SSH: this same machine, and they say so.
     facts = json.loads((results / "host-edge.json").read_text())

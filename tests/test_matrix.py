@@ -63,7 +63,7 @@ def test_paper_matrix_without_host_check_is_the_full_matrix():
     plan = expand(cfg, None)
     # Every implemented platform x 6 levels x 2 pinnings x 2 processors appears for IC.
     ic_bm = [j for j in plan.jobs if j.app == "ic" and j.scenario.platform == "BM" and j.tool == "mlperf"]
-    assert len(ic_bm) == 6 * 2 * 2
+    assert len(ic_bm) == 6 * 2 * 2 * paper["study"]["replicates"]
 
 
 @pytest.mark.parametrize("field,value,key", [("pinning", ["VNL", "PIN"], r"study.matrix\[0\].pinning"),
@@ -72,3 +72,19 @@ def test_mvm_with_pin_or_gpu_is_a_config_error_naming_the_key(field, value, key)
     block = {"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"], field: value}
     with pytest.raises(ConfigError, match=key):
         expand(config([block]), host(2))
+
+
+def test_replicates_are_interleaved_rounds_in_a_seeded_order():
+    config = {"strict": False, "host_check": False, "allow_emulation": False, "platforms": {},
+              "study": {"apps": ["ic"], "tools": ["mlperf"], "repetitions": 3, "replicates": 3, "order_seed": 7,
+                        "matrix": [{"platforms": ["BM", "CN"], "cores": [1, 2, 4], "pinning": ["VNL"],
+                                    "processors": ["CPU"]}]},
+              "apps": {"ic": {}}}
+    plan = expand(config, None)
+    assert [job.replicate for job in plan.jobs] == [1] * 6 + [2] * 6 + [3] * 6
+    rounds = [[job.scenario.name for job in plan.round(r)] for r in (1, 2, 3)]
+    assert all(sorted(r) == sorted(rounds[0]) for r in rounds) and len(set(map(tuple, rounds))) > 1
+    assert expand(config, None).jobs == plan.jobs                       # the seed fixes the order
+    config["study"]["order_seed"] = 8
+    assert expand(config, None).jobs != plan.jobs
+    assert plan.jobs[0].wildcards["replicate"] == "1"

@@ -248,7 +248,7 @@ def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(mvm_ic_workflow):
     workflow_dir = mvm_ic_workflow
     row = pd.read_csv(workflow_dir / "results" / "summary.csv").set_index("scenario").loc["MVM/1/VNL/CPU"]
     assert row.accel == guest.planned_accel(CAPS) and row.boot_s > 0 and row.reps == 1
-    run = json.loads((workflow_dir / "results/runs/mlperf/ic/MVM/1/VNL/CPU.json").read_text())
+    run = json.loads((workflow_dir / "results/runs/mlperf/ic/MVM/1/VNL/CPU/1.json").read_text())
     assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm"
     assert run["runs"][0]["observed"]["nproc"] == 1
     assert yaml.safe_load((workflow_dir / "resources/guest/full/image.json").read_text())["variant"] == "full"

@@ -2,6 +2,7 @@
 and the short targets for figures, tables, claims and the report."""
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -108,3 +109,18 @@ def test_short_targets_build_only_what_they_need(workflow_dir):
     assert claims["claims"] == 1 and claims["study_plan"] == 1 and "figure" not in claims
     report = jobs_that_would_run(workflow_dir, "report", "--configfile", str(config))
     assert report["figure"] == len(FIGURES) and report["tables"] == 1 and report["claims"] == 1
+
+
+def test_drift_table_flags_a_trend_over_three_rounds_and_shows_two():
+    from dlvirt.analysis.report import drift_table
+
+    frame = pd.DataFrame([
+        {"tool": "mlperf", "app": "ic", "scenario": "BM/1/PIN/CPU", "round_means_s": "10;11;12.1", "drift_p": 0.01},
+        {"tool": "mlperf", "app": "ic", "scenario": "BM/2/PIN/CPU", "round_means_s": "6;6.1;5.9", "drift_p": 0.8},
+        {"tool": "mlperf", "app": "ic", "scenario": "CN/1/VNL/CPU", "round_means_s": "10;10.5", "drift_p": math.nan},
+        {"tool": "mlperf", "app": "ic", "scenario": "CN/2/VNL/CPU", "round_means_s": "7", "drift_p": math.nan},
+    ])
+    table = drift_table(frame).set_index("scenario")
+    assert table.loc["BM/1/PIN/CPU", "drift"] == "TREND" and table.loc["BM/2/PIN/CPU", "drift"] == ""
+    assert table.loc["CN/1/VNL/CPU", "drift"] == "needs ≥ 3 rounds"
+    assert table.loc["CN/1/VNL/CPU", "last vs first"] == "+5.0%" and "CN/2/VNL/CPU" not in table.index

@@ -35,7 +35,7 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     host = json.loads((workflow_dir / "results" / "host.json").read_text())
     assert host["capabilities"]["cores"] >= 1 and "packages" in host
 
-    run = json.loads((workflow_dir / "results/runs/mlperf/ic/BM/1/VNL/CPU.json").read_text())
+    run = json.loads((workflow_dir / "results/runs/mlperf/ic/BM/1/VNL/CPU/1.json").read_text())
     assert run["verified"] and len(run["runs"]) == 2
     assert run["runs"][0]["observed"]["quota_cores"] == pytest.approx(1.0)
     assert run["runs"][0]["threads"]["intra_op"] == 1
@@ -76,7 +76,7 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
                                  "matrix": [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]})
     config["apps"] = {"ic": {"batch_size": 4, "dataset": {"count": 32}, "loadgen": {"min_query_count": 32}}}
     path = write_config(workflow_dir / "long.yaml", config)
-    run = workflow_dir / "results/runs/mlperf/ic/BM/1/PIN/CPU.json"
+    run = workflow_dir / "results/runs/mlperf/ic/BM/1/PIN/CPU/1.json"
     snake = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", str(run.relative_to(workflow_dir)),
                               "--configfile", str(path)], cwd=workflow_dir, env=tool_env(), start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -103,3 +103,30 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
     assert stopped_s < 30
     assert not run.exists() and not list(run.parent.glob(".work-*"))
     assert not [p for p in stale_cgroups() if any(p.name.startswith(f"dlvirt-{pid}-") for pid in runners)]
+
+
+def test_replicates_run_in_interleaved_rounds(workflow_dir):
+    config = smoke_config(replicates=2)
+    config["study"].update(apps=["ic"], tools=["mlperf"], matrix=[
+        {"platforms": ["BM"], "cores": [1, 2], "pinning": ["PIN"], "processors": ["CPU"]}])
+    path = write_config(workflow_dir / "replicates.yaml", config)
+    snakemake(workflow_dir, "results/summary.csv", "results/plan.json", "--configfile", str(path))
+
+    runs = [json.loads(p.read_text()) for p in sorted((workflow_dir / "results" / "runs").rglob("*.json"))]
+    assert sorted((r["scenario_name"], r["replicate"]) for r in runs) == [
+        ("BM/1/PIN/CPU", 1), ("BM/1/PIN/CPU", 2), ("BM/2/PIN/CPU", 1), ("BM/2/PIN/CPU", 2)]
+    # every launch of round 1 ended before any launch of round 2 started, as the plan ordered
+    started = {(r["scenario_name"], r["replicate"]): min(x["started_utc"] for x in r["warmups"] + r["runs"])
+               for r in runs}
+    finished = {(r["scenario_name"], r["replicate"]): max(x["finished_utc"] for x in r["warmups"] + r["runs"])
+                for r in runs}
+    assert max(t for (_, rep), t in finished.items() if rep == 1) < min(t for (_, rep), t in started.items() if rep == 2)
+    plan = json.loads((workflow_dir / "results" / "plan.json").read_text())
+    assert [job["replicate"] for job in plan["jobs"]] == ["1", "1", "2", "2"] and plan["replicates"] == 2
+    assert [job["order"] for job in plan["jobs"]] == [0, 1, 2, 3]
+
+    summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
+    assert (summary.replicates == 2).all() and (summary.ci_unit == "replicate").all() and (summary.ci_n == 2).all()
+    assert (summary.reps == 4).all() and (summary.median_s > 0).all() and (summary.iqr_s >= 0).all()
+    assert (summary.model == "ResNet50").all() and "vmm" in summary
+    assert summary.round_means_s.str.count(";").eq(1).all()

@@ -201,7 +201,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     config = _json_arg(args, "config", ("study", "apps", "platforms", "host_check"))
     caps = capabilities() if config["host_check"] else None
     plan = expand(config, caps)
-    jobs = [{**job.wildcards, "scenario": job.scenario.name} for job in plan.jobs]
+    jobs = [{**job.wildcards, "scenario": job.scenario.name, "order": i} for i, job in enumerate(plan.jobs)]
     write_json_atomic(Path(args.output), plan_document(config, jobs, plan.left_out, caps.cores if caps else None))
     return 0
 

@@ -1,22 +1,25 @@
-# One job = every repetition of one tool x app x scenario (the DAG of the paper's matrix stays
-# small). The job provisions the platform, runs the harness inside, verifies what the harness
-# observed against the scenario, tears the platform down, and only then writes its result.
+# One job = one launch (replicate) of one tool x app x scenario with all its repetitions (the DAG
+# of the paper's matrix stays small). The job provisions the platform, runs the harness inside,
+# verifies what the harness observed against the scenario, tears the platform down, and only then
+# writes its result. Round r + 1 waits for round r; within a round the plan's shuffled order leads.
 rule benchmark:
     input:
         dataset="resources/datasets/{app}",
         host="results/host.json",
         images=platform_images,
+        previous_round=previous_round,
     output:
         run=RUN_FILE,
         loadgen=directory(LOADGEN_DIR),
     params:
         spec=job_spec,
+    priority: job_priority
     resources:
         bench=1,
         # minutes, for cluster executors: beyond the harness's own timeout, so teardown runs first
         runtime=int(config["harness"]["timeout_s"] // 60) + 30,
     log:
-        "results/logs/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.log",
+        "results/logs/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.log",
     conda:
         framework_env
     shell:

@@ -76,8 +76,9 @@ DOWNLOAD_RETRIES = 2
 def retry_wait_s(wildcards, attempt):
     return 0 if attempt == 1 else 30 * 2 ** (attempt - 2)
 
-RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.json"
-LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}"
+# One file per launch: replicate r of a scenario is results/runs/<tool>/<app>/<scenario>/<r>.json.
+RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
+LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
 
 # The CN image: rule cn_image writes the marker once the engine has it; CN jobs run CN_IMAGE
@@ -110,6 +111,7 @@ wildcard_constraints:
     cores=r"\d+",
     pinning="VNL|PIN",
     processor="CPU|GPU",
+    replicate=r"[1-9]\d*",
     fig="|".join(FIGURES),
 
 
@@ -139,9 +141,21 @@ def planned_job(wildcards):
         if job.wildcards == {k: wildcards[k] for k in job.wildcards}:
             return job
     raise WorkflowError(
-        "{tool} {app} {platform}/{cores}/{pinning}/{processor} is not in this study's plan "
-        "(see the 'left out' lines and study.matrix)".format(**wildcards)
+        "{tool} {app} {platform}/{cores}/{pinning}/{processor} replicate {replicate} is not in this study's "
+        "plan (see the 'left out' lines, study.matrix and study.replicates)".format(**wildcards)
     )
+
+
+def previous_round(wildcards):
+    """Replicate r + 1 of any scenario waits for replicate r of every scenario (interleaved
+    rounds). ancient(): only the order counts, so a rerun of round r does not rerun round r + 1."""
+    replicate = int(wildcards.replicate)
+    return [ancient(RUN_FILE.format(**job.wildcards)) for job in PLAN.round(replicate - 1)]
+
+
+def job_priority(wildcards):
+    """Within a round, Snakemake starts ready jobs in the plan's shuffled order."""
+    return len(PLAN.jobs) - PLAN.jobs.index(planned_job(wildcards))
 
 
 def job_spec(wildcards):
@@ -160,6 +174,7 @@ def benchmark_spec(job):
         "tool": job.tool,
         "app": job.app,
         "scenario": job.scenario.to_dict(),
+        "replicate": job.replicate,
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
         "threads": config["harness"]["threads"],

@@ -41,7 +41,7 @@ rule site_benchmark:
     resources:
         bench=1,
     log:
-        "results/logs/sites/{site}/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.log",
+        "results/logs/sites/{site}/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:

@@ -7,8 +7,8 @@ from dlvirt.core.scenario import Scenario  # noqa: E402
 
 SITES = sorted(config["hosts"])
 SITE_FACTS = "results/host-{site}.json"
-SITE_RUN_FILE = "results/sites/{site}/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}.json"
-SITE_LOADGEN_DIR = "results/sites/{site}/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}"
+SITE_RUN_FILE = "results/sites/{site}/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
+SITE_LOADGEN_DIR = "results/sites/{site}/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 
 _SITE_PLANS = {}
 
@@ -42,7 +42,7 @@ def site_run_files(tool, app):
 
 def site_job(wildcards):
     scenario = Scenario(wildcards.platform, int(wildcards.cores), wildcards.pinning, wildcards.processor)
-    return Job(wildcards.tool, wildcards.app, scenario, wildcards.site)
+    return Job(wildcards.tool, wildcards.app, scenario, wildcards.site, int(wildcards.replicate))
 
 
 def site_benchmark_inputs(wildcards):
@@ -50,9 +50,12 @@ def site_benchmark_inputs(wildcards):
     if site_job(wildcards) not in site_plan(wildcards.site).jobs:
         raise WorkflowError(
             "{tool} {app} {platform}/{cores}/{pinning}/{processor} is not in the plan of host {site} "
-            "(see the 'left out on {site}' lines and hosts.{site}.matrix)".format(**wildcards)
+            "(see the 'left out on {site}' lines, hosts.{site}.matrix and study.replicates)".format(**wildcards)
         )
-    return {"dataset": f"resources/datasets/{wildcards.app}", "host": SITE_FACTS.format(site=wildcards.site)}
+    # rounds interleave on each site as on this host (previous_round in common.smk)
+    earlier = site_plan(wildcards.site).round(int(wildcards.replicate) - 1)
+    return {"dataset": f"resources/datasets/{wildcards.app}", "host": SITE_FACTS.format(site=wildcards.site),
+            "previous_round": [ancient(SITE_RUN_FILE.format(site=wildcards.site, **job.wildcards)) for job in earlier]}
 
 
 def site_job_spec(wildcards):

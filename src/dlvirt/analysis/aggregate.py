@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlvirt.analysis.stats import estimate, inliers
+from dlvirt.analysis.stats import estimate, inliers, trend
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.records import JobResult, Repetition
 from dlvirt.plan.planner import LOCAL_SITE
@@ -24,9 +24,10 @@ from dlvirt.system.hostinfo import hardware_label
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
     "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "mean_s", "ci95_s", "ci_n", "ci_unit",
-    "std_s", "between_sd_s", "median_s", "iqr_s", "pre_s", "infer_s", "post_s", "samples", "samples_per_s",
-    "loadgen_valid", "accel", "boot_s", "threads_policy", "threads", "dataset_source", "model", "reference_model",
-    "weights", "host", "hardware", "gpu", "gpu_util_pct", "gpu_mem_mib", "sockets", "numa_nodes",
+    "std_s", "between_sd_s", "round_means_s", "drift_p", "median_s", "iqr_s", "pre_s", "infer_s", "post_s",
+    "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads", "dataset_source",
+    "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct", "gpu_mem_mib", "sockets",
+    "numa_nodes",
 ]
 
 
@@ -44,6 +45,7 @@ def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
     differs between launches (boot, placement, machine drift), not only the noise within one. With
     one launch they fall back to its repetitions (``ci_unit`` says which). Outliers are dropped
     within each launch, from every column."""
+    results = sorted(results, key=lambda r: r.replicate)
     first = results[0]
     per_launch = [kept_runs(result) for result in results]
     runs = [r for kept in per_launch for r in kept]
@@ -89,6 +91,9 @@ def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
         "ci_unit": unit,
         "std_s": est.std,
         "between_sd_s": float(np.std(launch_means, ddof=1)) if len(results) >= 2 else np.nan,
+        # drift over the study: the launch means in round order, and the p-value of their trend
+        "round_means_s": ";".join(f"{m:.6g}" for m in launch_means),
+        "drift_p": trend(launch_means)[1],
         "median_s": pooled.median,
         "iqr_s": pooled.iqr,
         "pre_s": phase("pre_s"),

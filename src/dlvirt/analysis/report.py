@@ -95,6 +95,30 @@ def _phase_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+DRIFT_ALPHA = 0.05
+
+
+def drift_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """E2E of each scenario by round (launch means in round order) and whether they trend: a least-
+    squares slope over the rounds, flagged when its two-sided p-value is below 0.05 (three or more
+    rounds; two rounds show the change only)."""
+    if frame.empty or "round_means_s" not in frame:
+        return pd.DataFrame()
+    rows = []
+    for _, row in frame.iterrows():
+        means = [float(v) for v in str(row["round_means_s"]).split(";") if v not in ("", "nan")]
+        if len(means) < 2:
+            continue
+        p = row.get("drift_p")
+        flagged = bool(pd.notna(p) and float(p) < DRIFT_ALPHA)
+        rows.append({"tool": row["tool"], "app": str(row["app"]).upper(), "scenario": row["scenario"],
+                     "E2E by round (s)": " → ".join(f"{m:.4g}" for m in means),
+                     "last vs first": f"{means[-1] / means[0] - 1:+.1%}",
+                     "trend p": p if pd.notna(p) else None,
+                     "drift": "TREND" if flagged else ("" if len(means) >= 3 else "needs ≥ 3 rounds")})
+    return pd.DataFrame(rows)
+
+
 def _html_table(frame: pd.DataFrame, classes: str = "data") -> str:
     if frame.empty:
         return "<p class='none'>(no rows)</p>"
@@ -150,6 +174,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         figures=[e for e in entries if not e["phases"]],
         phase_figures=[e for e in entries if e["phases"]],
         phase_table=_html_table(_phase_table(frame)),
+        drift_table=_html_table(drift_table(frame)),
         ran=ran.to_dict("records") if not ran.empty else [],
         left_out=sorted(left_out.items()),
         table1=_html_table(pd.read_csv(table1)),

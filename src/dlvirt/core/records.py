@@ -149,6 +149,7 @@ class JobSpec(Record):
     platform_settings: dict[str, Any]
     allow_emulation: bool
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
+    replicate: int = 1                  # the launch's round in the study's interleaved order
 
 
 @dataclass(frozen=True)
@@ -252,3 +253,4 @@ class JobResult(Record):
     slurm: dict[str, Any] | None = None  # the SLURM allocation the job ran in, if any
     site: str | None = None              # an edge host's site; absent for this host
     transport: dict[str, Any] | None = None  # how an edge job reached its host
+    replicate: int = 1                   # the launch's round (study.replicates); 1 in older results

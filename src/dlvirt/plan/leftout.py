@@ -129,6 +129,9 @@ def plan_document(config: dict[str, Any], jobs: list[dict[str, str]], left_out: 
         "host_cores": host_cores,
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
+        # jobs in their planned order: round r (replicate r) of every scenario before round r + 1
+        "replicates": config["study"].get("replicates", 1),
+        "order_seed": config["study"].get("order_seed", 0),
         "jobs": jobs,
         "left_out": [list(gap) for gap in study_gaps(left_out, config["study"])],
     }

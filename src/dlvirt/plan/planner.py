@@ -10,7 +10,8 @@ Two kinds of problems are told apart:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import random
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlvirt.core.errors import ConfigError
@@ -30,27 +31,47 @@ TOOLS = ("mlperf", "dlbs")
 
 @dataclass(frozen=True)
 class Job:
-    """One benchmark job: every repetition of one tool × app × scenario on one site."""
+    """One benchmark job: one launch (replicate) of one tool × app × scenario on one site, with
+    every repetition of that launch. Replicate r is the study's round r."""
 
     tool: str
     app: str
     scenario: Scenario
     site: str = LOCAL_SITE
+    replicate: int = 1
 
     @property
     def wildcards(self) -> dict[str, str]:
         s = self.scenario
         return {"tool": self.tool, "app": self.app, "platform": s.platform, "cores": str(s.cores),
-                "pinning": s.pinning, "processor": s.processor}
+                "pinning": s.pinning, "processor": s.processor, "replicate": str(self.replicate)}
 
 
 @dataclass
 class Plan:
+    """The jobs in their planned order: round by round (replicate r of every scenario before
+    replicate r + 1 of any), each round shuffled with ``study.order_seed``."""
+
     jobs: list[Job] = field(default_factory=list)
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    order_seed: int = 0
 
     def scenarios(self) -> list[Scenario]:
         return sorted({job.scenario for job in self.jobs})
+
+    def round(self, replicate: int) -> list[Job]:
+        return [job for job in self.jobs if job.replicate == replicate]
+
+
+def interleave(launches: list[Job], replicates: int, seed: int) -> list[Job]:
+    """Every job of ``launches`` (replicate 1) as ``replicates`` rounds, each in its own shuffled
+    order; a round's order depends only on the seed, the round and the jobs (str seeds are stable)."""
+    jobs: list[Job] = []
+    for replicate in range(1, replicates + 1):
+        round_jobs = [replace(job, replicate=replicate) for job in launches]
+        random.Random(f"{seed}:{replicate}").shuffle(round_jobs)
+        jobs += round_jobs
+    return jobs
 
 
 def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) -> list[int]:
@@ -131,6 +152,8 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                                     plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))
                                     continue
                                 plan.jobs.append(Job(tool, app, scenario, site))
+    plan.order_seed = int(study.get("order_seed", 0))
+    plan.jobs = interleave(plan.jobs, int(study.get("replicates", 1)), plan.order_seed)
     if config.get("strict") and plan.left_out:
         lines = "\n".join(f"  {what}: {why}" for what, why in plan.left_out)
         where = "this host" if site == LOCAL_SITE else f"host {site}"

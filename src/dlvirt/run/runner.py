@@ -90,6 +90,7 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             raise VerificationError(wrong_count)
         result = JobResult(
             tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
+            replicate=spec.replicate,
             expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
             slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=harness.runs, warmups=harness.warmups,
             repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
