@@ -152,7 +152,7 @@ def test_pytorch_backend_smoke_jobs_on_bm_under_loadgen_and_dlbs(workflow_dir):
         {"platforms": ["BM"], "cores": [1], "pinning": ["PIN"], "processors": ["CPU"]}])
     config["apps"]["ic"]["framework"] = "pytorch"
     path = write_config(workflow_dir / "ic-pytorch.yaml", config)
-    targets = [f"results/runs/{tool}/ic/BM/1/PIN/CPU.json" for tool in ("mlperf", "dlbs")]
+    targets = [f"results/runs/{tool}/ic/BM/1/PIN/CPU/1.json" for tool in ("mlperf", "dlbs")]
     snakemake(workflow_dir, *targets, "--configfile", str(path))
     mlperf, dlbs_run = (json.loads((workflow_dir / t).read_text()) for t in targets)
     for run in (mlperf, dlbs_run):
@@ -160,5 +160,5 @@ def test_pytorch_backend_smoke_jobs_on_bm_under_loadgen_and_dlbs(workflow_dir):
         assert "v1.5" in run["model"]["architecture"] and run["stack"]["stack"] == "cpu"
         assert "torch" in run["versions"]
     assert mlperf["runs"][0]["samples"] == 16 and mlperf["runs"][0]["quality"]["scored"] == 16
-    log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/PIN/CPU" / dlbs_run["runs"][0]["dlbs"]["log"]
+    log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/PIN/CPU/1" / dlbs_run["runs"][0]["dlbs"]["log"]
     assert dlbs.parse_log_file(log)["exp.framework"] == "pytorch"

@@ -192,12 +192,42 @@ def _cmd_guest_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate_config(args: argparse.Namespace) -> dict[str, Any]:
+    """config/config.yaml, then the files given, then ``--config KEY=VALUE`` (as Snakemake merges
+    them), validated against the schema (which fills the defaults)."""
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from dlvirt.plan.configcheck import load_config_file
+
+    config: dict[str, Any] = {}
+    for file in [args.default_config, *args.files]:
+        update_config(config, load_config_file(Path(file)))
+    for item in args.config or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--config: {item!r} is not KEY=VALUE")
+        config[key] = yaml.safe_load(value)
+    validate(config, str(args.schema))
+    return config
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.core.atomic import write_json_atomic
     from dlvirt.plan.leftout import plan_document
     from dlvirt.plan.planner import expand
     from dlvirt.system.hostinfo import capabilities
 
+    if args.estimate:
+        from dlvirt.plan.estimate import estimate, report
+
+        config = _estimate_config(args)
+        plan = expand(config, capabilities() if config["host_check"] else None)
+        print(report(config, estimate(config, plan, Path(args.runs))))
+        return 0
+    if not args.output or not args.config or len(args.config) != 1:
+        raise UsageError("plan: --config JSON and --output are needed (or --estimate [FILE ...])")
+    args.config = args.config[0]
     config = _json_arg(args, "config", ("study", "apps", "platforms", "host_check"))
     caps = capabilities() if config["host_check"] else None
     plan = expand(config, caps)
@@ -356,9 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cn-image", default="", help="the CN image to preload (variant docker)")
     p.set_defaults(func=_cmd_guest_image)
 
-    p = sub.add_parser("plan", help="write the study plan: the jobs, and what was left out and why")
-    p.add_argument("--config", required=True, help="the validated config as JSON")
-    p.add_argument("--output", required=True)
+    p = sub.add_parser("plan", help="write the study plan: the jobs, and what was left out and why; or, with "
+                                    "--estimate, project the study's machine time from the run records so far")
+    p.add_argument("--config", nargs="+", help="the validated config as JSON; with --estimate: KEY=VALUE overrides")
+    p.add_argument("--output")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the projected machine time per scenario and in total (fixed and adaptive repetitions)")
+    p.add_argument("files", nargs="*", help="with --estimate: config files merged over --default-config")
+    p.add_argument("--default-config", default="config/config.yaml")
+    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
+    p.add_argument("--runs", default="results/runs", help="with --estimate: the run records to measure from")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("check-config", help="check config files as the workflow does, naming the file and line "

@@ -25,3 +25,14 @@ rule benchmark:
     shell:
         "python -m dlvirt bench --spec {params.spec} --output {output.run:q}"
         " --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"
+
+
+# The end of a round of launches (replicate r of every scenario): what round r + 1 waits for.
+rule round_done:
+    localrule: True
+    input:
+        round_runs,
+    output:
+        touch(ROUND_FILE),
+    log:
+        "results/logs/rounds/{replicate}.log",

@@ -136,26 +136,41 @@ def summary_files():
     ]
 
 
+# The planned jobs by their wildcards, with their place in the planned order.
+JOB_WILDCARDS = ("tool", "app", "platform", "cores", "pinning", "processor", "replicate")
+PLANNED = {tuple(job.wildcards[k] for k in JOB_WILDCARDS): (i, job) for i, job in enumerate(PLAN.jobs)}
+# Written once every launch of round r (replicate r) is done; round r + 1 waits for it.
+ROUND_FILE = "results/rounds/{replicate}.done"
+
+
+def planned(wildcards):
+    found = PLANNED.get(tuple(wildcards[k] for k in JOB_WILDCARDS))
+    if found is None:
+        raise WorkflowError(
+            "{tool} {app} {platform}/{cores}/{pinning}/{processor} replicate {replicate} is not in this study's "
+            "plan (see the 'left out' lines, study.matrix and study.replicates)".format(**wildcards)
+        )
+    return found
+
+
 def planned_job(wildcards):
-    for job in PLAN.jobs:
-        if job.wildcards == {k: wildcards[k] for k in job.wildcards}:
-            return job
-    raise WorkflowError(
-        "{tool} {app} {platform}/{cores}/{pinning}/{processor} replicate {replicate} is not in this study's "
-        "plan (see the 'left out' lines, study.matrix and study.replicates)".format(**wildcards)
-    )
+    return planned(wildcards)[1]
 
 
 def previous_round(wildcards):
     """Replicate r + 1 of any scenario waits for replicate r of every scenario (interleaved
     rounds). ancient(): only the order counts, so a rerun of round r does not rerun round r + 1."""
     replicate = int(wildcards.replicate)
-    return [ancient(RUN_FILE.format(**job.wildcards)) for job in PLAN.round(replicate - 1)]
+    return [ancient(ROUND_FILE.format(replicate=replicate - 1))] if replicate > 1 else []
+
+
+def round_runs(wildcards):
+    return [RUN_FILE.format(**job.wildcards) for job in PLAN.round(int(wildcards.replicate))]
 
 
 def job_priority(wildcards):
     """Within a round, Snakemake starts ready jobs in the plan's shuffled order."""
-    return len(PLAN.jobs) - PLAN.jobs.index(planned_job(wildcards))
+    return len(PLAN.jobs) - planned(wildcards)[0]
 
 
 def job_spec(wildcards):

@@ -47,3 +47,13 @@ rule site_benchmark:
     shell:
         "python -m dlvirt site-bench --site {wildcards.site:q} --ssh {params.ssh} --spec {params.spec}"
         " --output {output.run:q} --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"
+
+
+rule site_round_done:
+    localrule: True
+    input:
+        site_round_runs,
+    output:
+        touch(SITE_ROUND_FILE),
+    log:
+        "results/logs/sites/{site}/rounds/{replicate}.log",

@@ -8,6 +8,7 @@ from dlvirt.core.scenario import Scenario  # noqa: E402
 SITES = sorted(config["hosts"])
 SITE_FACTS = "results/host-{site}.json"
 SITE_RUN_FILE = "results/sites/{site}/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
+SITE_ROUND_FILE = "results/sites/{site}/rounds/{replicate}.done"
 SITE_LOADGEN_DIR = "results/sites/{site}/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 
 _SITE_PLANS = {}
@@ -53,9 +54,15 @@ def site_benchmark_inputs(wildcards):
             "(see the 'left out on {site}' lines, hosts.{site}.matrix and study.replicates)".format(**wildcards)
         )
     # rounds interleave on each site as on this host (previous_round in common.smk)
-    earlier = site_plan(wildcards.site).round(int(wildcards.replicate) - 1)
+    replicate = int(wildcards.replicate)
+    earlier = [ancient(SITE_ROUND_FILE.format(site=wildcards.site, replicate=replicate - 1))] if replicate > 1 else []
     return {"dataset": f"resources/datasets/{wildcards.app}", "host": SITE_FACTS.format(site=wildcards.site),
-            "previous_round": [ancient(SITE_RUN_FILE.format(site=wildcards.site, **job.wildcards)) for job in earlier]}
+            "previous_round": earlier}
+
+
+def site_round_runs(wildcards):
+    jobs = site_plan(wildcards.site).round(int(wildcards.replicate))
+    return [SITE_RUN_FILE.format(site=wildcards.site, **job.wildcards) for job in jobs]
 
 
 def site_job_spec(wildcards):

@@ -119,7 +119,7 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def plan_document(config: dict[str, Any], jobs: list[dict[str, str]], left_out: list[tuple[str, str]],
+def plan_document(config: dict[str, Any], jobs: list[dict[str, Any]], left_out: list[tuple[str, str]],
                   host_cores: int | None) -> dict[str, Any]:
     """``results/plan.json``: the matrix that ran, and what was left out and why."""
     return {

@@ -1,0 +1,150 @@
+"""What a study will cost in machine time, projected from the run records this host has written.
+
+Per planned job: seconds per sample measured for the same tool × app × scenario (else the same tool ×
+app × platform × processor at the nearest core count, scaled by the core ratio: ideal scale-up, so
+optimistic), times the config's samples per repetition, times the repetitions of one launch (+ its
+warm-ups), plus the launch's measured model load and boot; times the replicates. Fixed repetitions
+count as asked; adaptive ones as the fewest n in [min, max] whose 95 % CI half-width, at the
+coefficient of variation the records show, is within ``rel_ci95`` (their min and max bound it). A
+job with nothing comparable measured (a GPU on a host without one) is counted as unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlvirt.core.atomic import read_json
+from dlvirt.core.interval import t_half_width
+from dlvirt.plan.planner import Job, Plan
+from dlvirt.run.dlbs import settings_for as dlbs_settings
+
+PAPER_ALTERNATIVE = {"min": 3, "rel_ci95": 0.01}  # the adaptive setting paper.yaml documents
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one scenario's run records show."""
+
+    per_sample_s: float
+    cv: float          # coefficient of variation of E2E between repetitions (NaN below two)
+    overhead_s: float  # per launch: model load and boot
+
+
+def measured(runs_dir: Path) -> dict[tuple[str, str, str, int, str, str], Measured]:
+    """(tool, app, platform, cores, pinning, processor) → what the run records under ``runs_dir`` show."""
+    found: dict[tuple[str, str, str, int, str, str], list[dict[str, Any]]] = {}
+    for path in sorted(Path(runs_dir).rglob("*.json")):
+        record = read_json(path)
+        s = record["scenario"]
+        found.setdefault((record["tool"], record["app"], s["platform"], int(s["cores"]), s["pinning"],
+                          s["processor"]), []).append(record)
+    out = {}
+    for key, records in found.items():
+        reps = [r for record in records for r in record["runs"]]
+        per_sample = sum(r["e2e_s"] for r in reps) / max(1, sum(r["samples"] for r in reps))
+        e2e = [r["e2e_s"] for r in reps]
+        mean = sum(e2e) / len(e2e)
+        cv = (math.sqrt(sum((v - mean) ** 2 for v in e2e) / (len(e2e) - 1)) / mean) if len(e2e) > 1 else math.nan
+        overhead = sum(float(r.get("model_load_s") or 0) + float(r["platform"].get("boot_s") or 0)
+                       for r in records) / len(records)
+        out[key] = Measured(per_sample, cv, overhead)
+    return out
+
+
+def samples_per_repetition(config: dict[str, Any], job: Job) -> int:
+    app = config["apps"][job.app]
+    if job.tool == "dlbs":
+        dlbs = dlbs_settings(config["dlbs"], job.app)
+        return int(dlbs["exp.num_batches"]) * int(dlbs.get("exp.replica_batch") or app["batch_size"])
+    return int(app["loadgen"].get("min_query_count") or app["dataset"]["count"])
+
+
+def adaptive_count(setting: dict[str, Any], cv: float) -> int:
+    """Fewest repetitions in [min, max] whose 95 % CI half-width is within rel_ci95 at this CV."""
+    low, high = int(setting["min"]), int(setting["max"])
+    if math.isnan(cv):
+        return high
+    for n in range(max(low, 2), high + 1):
+        if t_half_width(cv, n) <= float(setting["rel_ci95"]):
+            return n
+    return high
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    job: Job
+    basis: str
+    fixed_s: float | None
+    adaptive_s: float | None
+    adaptive_n: int | None
+
+
+def basis_for(job: Job, found: dict[tuple[str, str, str, int, str, str], Measured]) -> tuple[Measured, str] | None:
+    s = job.scenario
+    exact = found.get((job.tool, job.app, s.platform, s.cores, s.pinning, s.processor))
+    if exact:
+        return exact, "measured"
+    near = [(abs(math.log(k[3] / s.cores)), k, m) for k, m in found.items()
+            if k[:3] == (job.tool, job.app, s.platform) and k[5] == s.processor]
+    if not near:
+        return None
+    _, key, m = min(near)
+    scaled = Measured(m.per_sample_s * key[3] / s.cores, m.cv, m.overhead_s)
+    return scaled, f"from {key[2]}/{key[3]}/{key[4]}/{key[5]}, scaled by cores"
+
+
+def estimate(config: dict[str, Any], plan: Plan, runs_dir: Path) -> list[JobEstimate]:
+    study = config["study"]
+    setting = study["repetitions"]
+    fixed = setting if isinstance(setting, int) else None
+    adaptive = setting if isinstance(setting, dict) else {**PAPER_ALTERNATIVE, "max": setting}
+    warmups = int(study["warmup_repetitions"])
+    found = measured(runs_dir)
+    out = []
+    for job in plan.jobs:
+        basis = basis_for(job, found)
+        if basis is None:
+            out.append(JobEstimate(job, "nothing comparable measured", None, None, None))
+            continue
+        m, how = basis
+        per_rep = m.per_sample_s * samples_per_repetition(config, job)
+        n = adaptive_count(adaptive, m.cv)
+        out.append(JobEstimate(job, how, None if fixed is None else m.overhead_s + per_rep * (warmups + fixed),
+                               m.overhead_s + per_rep * (warmups + n), n))
+    return out
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
+
+
+def report(config: dict[str, Any], estimates: list[JobEstimate]) -> str:
+    """Per scenario (tool × app × scenario, all its replicates) and the total."""
+    setting = config["study"]["repetitions"]
+    adaptive = setting if isinstance(setting, dict) else {**PAPER_ALTERNATIVE, "max": setting}
+    lines = [(f"repetitions: fixed = {setting if isinstance(setting, int) else '-'}, adaptive = {adaptive} "
+              f"(n: its expected count); {config['study'].get('replicates', 1)} replicate(s) per scenario"),
+             f"{'tool':6} {'app':4} {'scenario':16} {'fixed':>10} {'adaptive':>10} {'n':>5}  basis"]
+    rows: dict[tuple[str, str, str], list[JobEstimate]] = {}
+    for e in estimates:
+        rows.setdefault((e.job.tool, e.job.app, e.job.scenario.name), []).append(e)
+    totals = {"fixed": 0.0, "adaptive": 0.0}
+    unknown = 0
+    for (tool, app, scenario), group in sorted(rows.items()):
+        if group[0].adaptive_s is None:
+            unknown += 1
+            lines.append(f"{tool:6} {app:4} {scenario:16} {'?':>10} {'?':>10} {'?':>5}  {group[0].basis}")
+            continue
+        fixed = sum(e.fixed_s or 0.0 for e in group) if group[0].fixed_s is not None else None
+        adapt = sum(e.adaptive_s or 0.0 for e in group)
+        totals["fixed"] += fixed or 0.0
+        totals["adaptive"] += adapt
+        lines.append(f"{tool:6} {app:4} {scenario:16} {hours(fixed) if fixed is not None else '-':>10} "
+                     f"{hours(adapt):>10} {group[0].adaptive_n:>5}  {group[0].basis}")
+    fixed_total = hours(totals["fixed"]) if isinstance(setting, int) else "-"
+    lines.append(f"total: fixed {fixed_total}, adaptive {hours(totals['adaptive'])}"
+                 f"{f'; {unknown} scenario(s) unknown (nothing comparable measured)' if unknown else ''}")
+    return "\n".join(lines)

@@ -1,0 +1,34 @@
+"""plan --estimate: machine time projected from run records (hand-made here; any real ones work)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import REPO
+from dlvirt.cli import main
+
+
+def record(path: Path, scenario: str, e2e: list[float], samples: int, tool: str = "mlperf", app: str = "ic") -> None:
+    platform, cores, pinning, processor = scenario.split("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "tool": tool, "app": app, "model_load_s": 2.0, "platform": {"boot_s": None},
+        "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor},
+        "runs": [{"e2e_s": v, "samples": samples} for v in e2e]}))
+
+
+def test_estimate_of_the_paper_matrix_from_this_hosts_runs(tmp_path, monkeypatch, capsys):
+    runs = tmp_path / "runs"
+    record(runs / "mlperf/ic/BM/2/PIN/CPU/1.json", "BM/2/PIN/CPU", [10.0, 10.2, 9.9], samples=250)
+    record(runs / "mlperf/ic/BM/2/PIN/CPU/2.json", "BM/2/PIN/CPU", [10.1, 10.0, 10.3], samples=250)
+    monkeypatch.chdir(REPO)
+    assert main(["plan", "--estimate", "config/paper.yaml", "--config", "host_check=false", "--runs", str(runs)]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[2]: line for line in out.splitlines() if line.startswith("mlperf ic ")}
+    # the paper's IC workload is 1000 samples: 0.04 s per sample measured at 2 cores, 1 warm-up + 1000 reps
+    assert "from BM/2/PIN/CPU, scaled by cores" in lines["BM/4/PIN/CPU"]
+    assert lines["BM/2/PIN/CPU"].split()[3:5] == ["11.22", "h"]        # (1001 x 40.33 s + 2 s) / 3600
+    assert "nothing comparable measured" in lines["CN/2/VNL/CPU"]
+    total = out.splitlines()[-1]
+    assert total.startswith("total: fixed ") and "adaptive" in total and "unknown" in total
