@@ -166,7 +166,8 @@ def _cmd_engines(args: argparse.Namespace) -> int:
             started.add(daemon.name)
             lease = engines.acquire(daemon, args.holder)
             if lease is None:
-                print(f"dlvirt: using the {daemon.name} that already answers (not started by dlvirt, never stopped by it)")
+                print(f"dlvirt: using the {daemon.name} that already answers "
+                      "(not started by dlvirt, never stopped by it)")
                 continue
             engines.record(Path(args.state_dir), lease)
             print(f"dlvirt: {daemon.name} pid {lease.pid} {'started' if lease.started_now else 'already running'} "
@@ -373,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", default="{}", help="the config's platforms section as JSON")
     p.set_defaults(func=_cmd_engines)
 
-    p = sub.add_parser("image", parents=[retry], help="build (or pull) the CN image unless the engine has it; write its marker")
+    p = sub.add_parser("image", parents=[retry],
+                       help="build (or pull) the CN image unless the engine has it; write its marker")
     p.add_argument("--settings", required=True, help="the config's platforms.CN section as JSON")
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_image)

@@ -215,7 +215,8 @@ def pinning_lowers_e2e(study: Study) -> Verdict:
                 continue
             d = diff(pin, vnl)
             outcomes.append(lower(d, study.margin))
-            example = example or f"e.g. {pair['app'].upper()} {pair['cores']} cores {pair['processor']}: {pin} vs {vnl}, {d}"
+            example = example or (f"e.g. {pair['app'].upper()} {pair['cores']} cores {pair['processor']}: "
+                                  f"{pin} vs {vnl}, {d}")
         if not outcomes:
             continue
         verdicts.append(share(outcomes, most))
@@ -298,7 +299,8 @@ def gpu_speeds_nlp_not_ic_rs(study: Study) -> Verdict:
     pairs = _pairs(study.e2e, "processor", "CPU", "GPU", ["app", "platform", "cores", "pinning"])
     parts, verdicts, missing = [], [], []
     for app in ("nlp", "ic", "rs"):
-        speedups = [ratio_value(*_pair_values(study, row, "CPU", "GPU"), f"{row['platform']}/{row['cores']}/{row['pinning']}")
+        speedups = [ratio_value(*_pair_values(study, row, "CPU", "GPU"),
+                                f"{row['platform']}/{row['cores']}/{row['pinning']}")
                     for _, row in pairs[pairs["app"] == app].iterrows()]
         speedups = [s for s in speedups if s.has_ci]
         if not speedups:
@@ -482,7 +484,8 @@ CLAIMS: tuple[Claim, ...] = (
           overhead_grows_without_idle_cores),
     Claim("cn_cheapest_chr1", "CN is the cheapest virtualised platform at CHR = 1", "§V-H; Fig. 11",
           "vanilla, at instance = host cores (main host) or an edge host's largest level: CN faster than every "
-          "other virtualised platform by one-sided Welch tests; holds if so in every app measured", cn_cheapest_at_chr1),
+          "other virtualised platform by one-sided Welch tests; holds if so in every app measured",
+          cn_cheapest_at_chr1),
 )
 
 

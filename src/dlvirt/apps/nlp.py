@@ -48,7 +48,8 @@ def train_wordpiece_vocab(texts: Iterable[str], out_path: Path, vocab_size: int 
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                        initial_alphabet=list(string.ascii_lowercase + string.digits + string.punctuation),
+                                        initial_alphabet=list(string.ascii_lowercase + string.digits
+                                                              + string.punctuation),
                                         show_progress=False)
     tokenizer.train_from_iterator(texts, trainer)
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])

@@ -94,7 +94,11 @@ def corpus_text(path: Path) -> Iterator[str]:
 
 # -- synthetic generator -----------------------------------------------------------------------
 
-FUNCTION_WORDS = ["the", "of", "and", "in", "to", "a", "was", "is", "for", "as", "by", "with", "on", "that", "from", "at", "his", "it", "an", "were", "which", "are", "this", "be", "also", "or", "has", "had", "its", "their", "after", "new", "who", "they", "but", "not", "have", "one", "been", "two", "more", "other", "all", "during", "into", "most", "such", "when", "there", "first", "between", "later", "both", "these", "than", "over", "only", "under", "while", "where", "many"]
+FUNCTION_WORDS = ["the", "of", "and", "in", "to", "a", "was", "is", "for", "as", "by", "with", "on", "that", "from",
+                  "at", "his", "it", "an", "were", "which", "are", "this", "be", "also", "or", "has", "had", "its",
+                  "their", "after", "new", "who", "they", "but", "not", "have", "one", "been", "two", "more", "other",
+                  "all", "during", "into", "most", "such", "when", "there", "first", "between", "later", "both",
+                  "these", "than", "over", "only", "under", "while", "where", "many"]
 WH_WORDS = ("What", "Which", "Who", "When", "Where", "How many", "In what", "What type of")
 SYLLABLES = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou", "ea")]
 

@@ -248,7 +248,8 @@ def greedy_decode(model: Any, encoded: Any, lengths: list[int], max_symbols: int
     import torch
 
     batch = len(lengths)
-    layers_state = (encoded.new_zeros(PRED_LAYERS, batch, PRED_HIDDEN), encoded.new_zeros(PRED_LAYERS, batch, PRED_HIDDEN))
+    layers_state = (encoded.new_zeros(PRED_LAYERS, batch, PRED_HIDDEN),
+                    encoded.new_zeros(PRED_LAYERS, batch, PRED_HIDDEN))
     last = torch.full((batch,), SOS, dtype=torch.long, device=encoded.device)
     step = [0] * batch
     emitted_here = [0] * batch
@@ -374,7 +375,8 @@ def convert_librispeech(archive: Path, out_dir: Path, max_seconds: float = MAX_S
                 assert flac is not None
                 audio, rate = soundfile.read(flac, dtype="int16")
                 if rate != SAMPLE_RATE or audio.ndim != 1:
-                    raise AppError(f"{archive}: {utterance}.flac is {rate} Hz with shape {audio.shape}, not 16 kHz mono")
+                    raise AppError(f"{archive}: {utterance}.flac is {rate} Hz with shape {audio.shape}, "
+                                   "not 16 kHz mono")
                 if len(audio) > max_seconds * SAMPLE_RATE:
                     dropped += 1
                     continue
@@ -467,7 +469,8 @@ class SpeechRecognition(App):
             try:
                 self.model.load_state_dict(state, strict=True)
             except RuntimeError as err:
-                raise AppError(f"apps.sr.weights.path {self.weights_path}: not an MLPerf RNN-T state dict ({err})") from err
+                raise AppError(f"apps.sr.weights.path {self.weights_path}: not an MLPerf RNN-T state dict "
+                               f"({err})") from err
         mode = self.settings.get("decoding", "auto")
         self.decoding = ("greedy" if self.weights_path is not None else "scheduled") if mode == "auto" else mode
 

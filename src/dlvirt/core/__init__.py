@@ -1,1 +1,2 @@
-"""The lowest layer: vocabulary (scenarios, errors), atomic files and the lazy class loader; imports nothing of dlvirt above it."""
+"""The lowest layer: vocabulary (scenarios, errors, records), atomic files and the lazy class loader;
+imports nothing of dlvirt above it."""

@@ -243,7 +243,8 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
             raise ConfigError(f"{key}: {size!r} is below docker's minimum of 6m")
     if host_memory:
         sizes = {"platforms.CN.memory": ("CN", memory_bytes(config["platforms"]["CN"]["memory"])),
-                 "platforms.VMCN.container_memory": ("VMCN", memory_bytes(config["platforms"]["VMCN"]["container_memory"]))}
+                 "platforms.VMCN.container_memory": ("VMCN",
+                                                     memory_bytes(config["platforms"]["VMCN"]["container_memory"]))}
         sizes.update({f"platforms.{p}.memory_mib": (p, config["platforms"][p]["memory_mib"] << 20)
                       for p in ("VM", "MVM", "VMCN")})
         for key, (platform, size) in sizes.items():

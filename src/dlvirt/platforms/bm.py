@@ -2,8 +2,9 @@
 
 ``BM/N/PIN`` sets the harness's CPU affinity to the N host cores placement picks (sched_setaffinity,
 what a cpuset does for one process) and, where the host has more NUMA nodes than those cores use, a
-cpuset cgroup binds its memory to their nodes (``cpuset.mems``). ``BM/N/VNL`` leaves every host core visible but puts the harness in a cgroup
-with a CFS quota of N cores: the mechanism behind Docker's ``--cpus``, so BM and CN are comparable.
+cpuset cgroup binds its memory to their nodes (``cpuset.mems``). ``BM/N/VNL`` leaves every host core
+visible but puts the harness in a cgroup with a CFS quota of N cores: the mechanism behind Docker's
+``--cpus``, so BM and CN are comparable.
 """
 
 from __future__ import annotations

@@ -99,15 +99,17 @@ class Container(Platform):
         try:
             image = self.client.images.get(self.image)
         except ImageNotFound:
-            raise PlatformError(f"image {self.image} is not in the Docker engine at {docker_engine.engine_url(self.config)}: "
-                                "rebuild it (snakemake --forcerun cn_image) or set platforms.CN.image") from None
+            raise PlatformError(f"image {self.image} is not in the Docker engine at "
+                                f"{docker_engine.engine_url(self.config)}: rebuild it (snakemake --forcerun cn_image) "
+                                "or set platforms.CN.image") from None
         self.image_id = image.id
         # dlvirt's image carries its tag both as a label and in a file the harness reads inside
         self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
         self.engine = self.client.info()
         if int(self.engine["NCPU"]) != len(online_cpus()):
-            raise PlatformError(f"the Docker engine at {docker_engine.engine_url(self.config)} has {self.engine['NCPU']} "
-                                f"CPUs, this host {len(online_cpus())}: CN jobs need the engine of the host they run on")
+            raise PlatformError(f"the Docker engine at {docker_engine.engine_url(self.config)} has "
+                                f"{self.engine['NCPU']} CPUs, this host {len(online_cpus())}: "
+                                "CN jobs need the engine of the host they run on")
         self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))
         self.placement: Placement | None = None
         if self.scenario.pinned:  # the placement's CPUs and memory nodes: --cpuset-cpus, --cpuset-mems

@@ -102,12 +102,12 @@ class MicroVM(GuestPlatform):
                 vcpus=self.vcpus, memory_mib=memory, kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
                 cmdline=f"{cmdline} reboot=k pci=off", root_disk=root_disk, job_disk=job_disk)))
             cmd = [self.firecracker, "--no-api", "--config-file", str(config), "--id", self.domain_name]
-            out = open(console, "ab")  # Firecracker's stdout is the guest's serial console
+            out = open(console, "ab")  # noqa: SIM115 - closed by the with below; Firecracker's stdout is the console
         else:
             self.vmm = "qemu-microvm"
             cmd = self.qemu_command(accel=accel, memory_mib=memory, cmdline=cmdline, root_disk=root_disk,
                                     job_disk=job_disk, console=console)
-            out = open(self.disk_dir / "vmm.log", "ab")
+            out = open(self.disk_dir / "vmm.log", "ab")  # noqa: SIM115 - closed by the with below
         with out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
                                          stderr=subprocess.STDOUT)

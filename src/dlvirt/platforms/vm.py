@@ -6,8 +6,9 @@ host's split: ``<cpu><topology>`` with one guest socket per host socket used and
 ``<cell>`` per host node used, each cell's memory bound to its host node (``<numatune>``). The
 emulator threads (QEMU's main loop, its I/O) go to a spare CPU of the first node when there is one,
 else onto the vCPUs' cores (recorded). The host checks the vCPU threads' affinity while the guest
-runs; the guest checks its sockets, nodes and memory nodes from inside. ``VM/N/*/GPU``: a ``<hostdev>`` PCI passthrough of
-``platforms.VM.gpu_pci_address``. KVM when it really works, else TCG (``allow_emulation``).
+runs; the guest checks its sockets, nodes and memory nodes from inside. ``VM/N/*/GPU``: a
+``<hostdev>`` PCI passthrough of ``platforms.VM.gpu_pci_address``. KVM when it really works, else
+TCG (``allow_emulation``).
 
 libvirtd and virtlogd are used when they answer; otherwise dlvirt starts them itself through
 ``dlvirt.system.engines`` and stops them when its last user is done.

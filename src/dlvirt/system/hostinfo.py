@@ -141,7 +141,8 @@ def python_stack() -> dict[str, Any]:
     cpu_build = "tensorflow-cpu" in found or found.get("torch", "").endswith("+cpu")
     return {"stack": "cpu" if cpu_build else "gpu",
             "reason": f"not recorded in {Path(sys.prefix) / STACK_FILE}; inferred from the installed builds "
-                      f"({', '.join(f'{k} {v}' for k, v in found.items() if k in ('tensorflow-cpu', 'tensorflow', 'torch'))})"}
+                      "(" + ", ".join(f"{k} {v}" for k, v in found.items()
+                                      if k in ("tensorflow-cpu", "tensorflow", "torch")) + ")"}
 
 
 def _tool_version(cmd: list[str]) -> str | None:
