@@ -11,17 +11,17 @@ rule benchmark:
     output:
         run=RUN_FILE,
         loadgen=directory(LOADGEN_DIR),
-    params:
-        spec=job_spec,
+    log:
+        "results/logs/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.log",
     priority: job_priority
+    conda:
+        framework_env
     resources:
         bench=1,
         # minutes, for cluster executors: beyond the harness's own timeout, so teardown runs first
         runtime=int(config["harness"]["timeout_s"] // 60) + 30,
-    log:
-        "results/logs/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.log",
-    conda:
-        framework_env
+    params:
+        spec=job_spec,
     shell:
         "python -m dlvirt bench --spec {params.spec} --output {output.run:q}"
         " --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"
@@ -29,10 +29,10 @@ rule benchmark:
 
 # The end of a round of launches (replicate r of every scenario): what round r + 1 waits for.
 rule round_done:
-    localrule: True
     input:
         round_runs,
     output:
         touch(ROUND_FILE),
     log:
         "results/logs/rounds/{replicate}.log",
+    localrule: True

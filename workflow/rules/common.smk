@@ -13,7 +13,11 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dlvirt.apps import app_class  # noqa: E402
 from dlvirt.analysis.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
-from dlvirt.platforms.container_image import content_tag as cn_content_tag, host_lock, image_inputs as cn_image_inputs  # noqa: E402
+from dlvirt.platforms.container_image import (
+    content_tag as cn_content_tag,
+    host_lock,
+    image_inputs as cn_image_inputs,
+)  # noqa: E402
 from dlvirt.plan.leftout import APPS, TOOLS, study_gaps  # noqa: E402
 from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
@@ -76,6 +80,7 @@ DOWNLOAD_RETRIES = 2
 def retry_wait_s(wildcards, attempt):
     return 0 if attempt == 1 else 30 * 2 ** (attempt - 2)
 
+
 # One file per launch: replicate r of a scenario is results/runs/<tool>/<app>/<scenario>/<r>.json.
 RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
@@ -121,18 +126,12 @@ def quoted_json(data):
 
 
 def run_files(tool, app):
-    return sorted(
-        RUN_FILE.format(**job.wildcards)
-        for job in PLAN.jobs
-        if job.tool == tool and job.app == app
-    )
+    return sorted(RUN_FILE.format(**job.wildcards) for job in PLAN.jobs if job.tool == tool and job.app == app)
 
 
 def summary_files():
     return [
-        SUMMARY_FILE.format(tool=tool, app=app)
-        for tool in config["study"]["tools"]
-        for app in config["study"]["apps"]
+        SUMMARY_FILE.format(tool=tool, app=app) for tool in config["study"]["tools"] for app in config["study"]["apps"]
     ]
 
 
@@ -226,8 +225,18 @@ def workflow_engines(action):
     """Start (up) or release (down) the engines the planned platforms need; the leases follow this
     Snakemake process, so a killed workflow's engines are stopped by the next cleanup."""
     platforms = sorted({job.scenario.platform for job in PLAN.jobs})
-    dlvirt_command("engines", action, "--holder", str(os.getpid()), "--state-dir", ENGINE_STATE_DIR,
-                   "--platforms", *platforms, "--settings", json.dumps(config["platforms"]))
+    dlvirt_command(
+        "engines",
+        action,
+        "--holder",
+        str(os.getpid()),
+        "--state-dir",
+        ENGINE_STATE_DIR,
+        "--platforms",
+        *platforms,
+        "--settings",
+        json.dumps(config["platforms"]),
+    )
 
 
 def dataset_settings(wildcards):
@@ -295,7 +304,9 @@ def guest_image_settings(wildcards):
     """CN settings: the Debian mirror for every variant, the engine and image for "docker" only."""
     cn = config["platforms"]["CN"]
     if wildcards.variant == "gpu":
-        return quoted_json({"debian_mirror": cn.get("debian_mirror"), "gpu_driver": config["platforms"]["VM"]["gpu_driver"]})
+        return quoted_json(
+            {"debian_mirror": cn.get("debian_mirror"), "gpu_driver": config["platforms"]["VM"]["gpu_driver"]}
+        )
     if wildcards.variant != "docker":
         return quoted_json({"debian_mirror": cn.get("debian_mirror")})
     return quoted_json(cn)

@@ -3,12 +3,12 @@
 rule dataset:
     output:
         directory("resources/datasets/{app}"),
-    params:
-        settings=dataset_settings,
     log:
         "results/logs/dataset/{app}.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        settings=dataset_settings,
     shell:
         "python -m dlvirt dataset --app {wildcards.app:q} --settings {params.settings}"
         " --output-dir {output:q} > {log:q} 2>&1"
@@ -19,13 +19,13 @@ rule dataset:
 rule download_dataset:
     output:
         directory("resources/downloads/{app}"),
-    retries: DOWNLOAD_RETRIES
-    resources:
-        retry_wait_s=retry_wait_s,
     log:
         "results/logs/download/{app}.log",
+    retries: DOWNLOAD_RETRIES
     conda:
         "../../envs/analysis.yaml"
+    resources:
+        retry_wait_s=retry_wait_s,
     shell:
         "python -m dlvirt download --app {wildcards.app:q} --output-dir {output:q}"
         " --retry-wait-s {resources.retry_wait_s} > {log:q} 2>&1"

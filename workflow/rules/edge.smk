@@ -19,12 +19,12 @@ wildcard_constraints:
 checkpoint site_host_facts:
     output:
         SITE_FACTS,
-    params:
-        ssh=site_connection,
     log:
         "results/logs/sites/{site}/host_facts.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        ssh=site_connection,
     shell:
         "python -m dlvirt site-facts --site {wildcards.site:q} --ssh {params.ssh} --output {output:q} > {log:q} 2>&1"
 
@@ -35,25 +35,25 @@ rule site_benchmark:
     output:
         run=SITE_RUN_FILE,
         loadgen=directory(SITE_LOADGEN_DIR),
-    params:
-        spec=site_job_spec,
-        ssh=site_connection,
-    resources:
-        bench=1,
     log:
         "results/logs/sites/{site}/benchmark/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.log",
     conda:
         "../../envs/analysis.yaml"
+    resources:
+        bench=1,
+    params:
+        spec=site_job_spec,
+        ssh=site_connection,
     shell:
         "python -m dlvirt site-bench --site {wildcards.site:q} --ssh {params.ssh} --spec {params.spec}"
         " --output {output.run:q} --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"
 
 
 rule site_round_done:
-    localrule: True
     input:
         site_round_runs,
     output:
         touch(SITE_ROUND_FILE),
     log:
         "results/logs/sites/{site}/rounds/{replicate}.log",
+    localrule: True

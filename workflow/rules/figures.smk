@@ -8,11 +8,11 @@ rule figure:
         png=report("results/figures/{fig}.png", category="Figures"),
         pdf="results/figures/{fig}.pdf",
         notebook="results/notebooks/{fig}.ipynb",
-    params:
-        parameters=figure_parameters,
     log:
         "results/logs/figures/{fig}.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        parameters=figure_parameters,
     shell:
         "papermill {input.notebook:q} {output.notebook:q} -y {params.parameters} > {log:q} 2>&1"

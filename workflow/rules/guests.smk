@@ -7,20 +7,20 @@ rule guest_image:
         guest_image_inputs,
     output:
         [f"{GUEST_IMAGE_DIR}/{{variant}}/{name}" for name in GUEST_IMAGE_FILES],
+    log:
+        "results/logs/images/guest-{variant}.log",
+    wildcard_constraints:
+        variant="probe|full|gpu|docker",
+    retries: DOWNLOAD_RETRIES
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        debian_cache=1,
+        retry_wait_s=retry_wait_s,
     params:
         out_dir=lambda w: f"{GUEST_IMAGE_DIR}/{w.variant}",
         cn_settings=guest_image_settings,
         cn_image=lambda w: CN_IMAGE if w.variant == "docker" else "",
-    wildcard_constraints:
-        variant="probe|full|gpu|docker",
-    retries: DOWNLOAD_RETRIES
-    resources:
-        debian_cache=1,
-        retry_wait_s=retry_wait_s,
-    log:
-        "results/logs/images/guest-{variant}.log",
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m dlvirt guest-image --variant {wildcards.variant:q} --output-dir {params.out_dir:q}"
         " --cn-settings {params.cn_settings} --cn-image={params.cn_image:q}"

@@ -6,16 +6,16 @@ rule cn_image:
         [str(path) for path in cn_image_inputs(Path("."))],
     output:
         CN_IMAGE_MARKER,
+    log:
+        "results/logs/images/cn.log",
+    retries: DOWNLOAD_RETRIES
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        retry_wait_s=retry_wait_s,
     params:
         settings=quoted_json(config["platforms"]["CN"]),
         image=CN_IMAGE,
-    retries: DOWNLOAD_RETRIES
-    resources:
-        retry_wait_s=retry_wait_s,
-    log:
-        "results/logs/images/cn.log",
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m dlvirt image --settings {params.settings} --output {output:q}"
         " --retry-wait-s {resources.retry_wait_s} > {log:q} 2>&1"

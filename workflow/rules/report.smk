@@ -3,12 +3,12 @@
 rule study_plan:
     output:
         "results/plan.json",
-    params:
-        config=quoted_json(config),
     log:
         "results/logs/report/plan.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        config=quoted_json(config),
     shell:
         "python -m dlvirt plan --config {params.config} --output {output:q} > {log:q} 2>&1"
 
@@ -37,12 +37,12 @@ rule claims:
         plan="results/plan.json",
     output:
         "results/claims.csv",
-    params:
-        margin=config["claims"]["equivalence_margin"],
     log:
         "results/logs/report/claims.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        margin=config["claims"]["equivalence_margin"],
     shell:
         "python -m dlvirt claims --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
         " --margin {params.margin:q} --output {output:q} > {log:q} 2>&1"
@@ -70,9 +70,9 @@ rule report:
 
 
 rule figures:
-    localrule: True
     input:
         figure_files(),
+    localrule: True
 
 
 for _fig in FIGURES:
@@ -80,7 +80,7 @@ for _fig in FIGURES:
     rule:
         name:
             _fig
-        localrule: True
         input:
             f"results/figures/{_fig}.png",
             f"results/figures/{_fig}.pdf",
+        localrule: True

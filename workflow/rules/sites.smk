@@ -56,8 +56,11 @@ def site_benchmark_inputs(wildcards):
     # rounds interleave on each site as on this host (previous_round in common.smk)
     replicate = int(wildcards.replicate)
     earlier = [ancient(SITE_ROUND_FILE.format(site=wildcards.site, replicate=replicate - 1))] if replicate > 1 else []
-    return {"dataset": f"resources/datasets/{wildcards.app}", "host": SITE_FACTS.format(site=wildcards.site),
-            "previous_round": earlier}
+    return {
+        "dataset": f"resources/datasets/{wildcards.app}",
+        "host": SITE_FACTS.format(site=wildcards.site),
+        "previous_round": earlier,
+    }
 
 
 def site_round_runs(wildcards):
