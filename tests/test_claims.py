@@ -9,8 +9,8 @@ import pytest
 
 from dlvirt.analysis.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate, write_claims
 from dlvirt.plan.leftout import Gap, reasons, study_gaps
-from dlvirt.system.hostinfo import Capabilities
 from dlvirt.plan.planner import expand
+from dlvirt.system.hostinfo import Capabilities
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NO_GPU = [["BM/2/VNL/GPU", "no GPU on this host (nvidia-smi lists none)"]]
@@ -19,7 +19,8 @@ NO_GPU = [["BM/2/VNL/GPU", "no GPU on this host (nvidia-smi lists none)"]]
 def row(platform, cores, pinning="VNL", processor="CPU", app="ic", mean=10.0, ci=0.2, tool="mlperf",
         accel=None, site="local", boot=math.nan, reps=5, gpu_util=50.0):
     gpu = processor == "GPU"
-    return {"reps": reps, "min_reps": reps, "tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning,
+    return {"reps": reps, "min_reps": reps,
+            "tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning,
             "processor": processor, "scenario": f"{platform}/{cores}/{pinning}/{processor}", "mean_s": mean,
             "ci95_s": ci, "accel": accel or ("kvm" if platform in ("VM", "VMCN", "MVM") else "none"),
             "site": site, "boot_s": boot, "gpu": "Fixture GPU" if gpu else None,
@@ -218,7 +219,8 @@ def test_overhead_grows_without_idle_host_cores():
 
 def chr1_rows(vm=8.0, ci=0.2):
     return [row("BM", 4, mean=6, ci=ci), row("CN", 4, mean=6.2, ci=ci), row("VM", 4, mean=vm, ci=ci),
-            row("BM", 4, mean=60, site="rpi4"), row("CN", 4, mean=61, site="rpi4"), row("VMCN", 4, mean=70, site="rpi4")]
+            row("BM", 4, mean=60, site="rpi4"), row("CN", 4, mean=61, site="rpi4"),
+            row("VMCN", 4, mean=70, site="rpi4")]
 
 
 def test_cn_cheapest_at_chr1_on_the_main_host_and_an_edge_host():

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from dlvirt.system.hostinfo import Capabilities
 from dlvirt.core.errors import ConfigError
 from dlvirt.plan.planner import expand
+from dlvirt.system.hostinfo import Capabilities
 
 
 def host(cores: int = 2, gpus: tuple[str, ...] = ()) -> Capabilities:

@@ -120,7 +120,8 @@ def test_replicates_run_in_interleaved_rounds(workflow_dir):
                for r in runs}
     finished = {(r["scenario_name"], r["replicate"]): max(x["finished_utc"] for x in r["warmups"] + r["runs"])
                 for r in runs}
-    assert max(t for (_, rep), t in finished.items() if rep == 1) < min(t for (_, rep), t in started.items() if rep == 2)
+    first_round_end = max(t for (_, rep), t in finished.items() if rep == 1)
+    assert first_round_end < min(t for (_, rep), t in started.items() if rep == 2)
     plan = json.loads((workflow_dir / "results" / "plan.json").read_text())
     assert [job["replicate"] for job in plan["jobs"]] == ["1", "1", "2", "2"] and plan["replicates"] == 2
     assert [job["order"] for job in plan["jobs"]] == [0, 1, 2, 3]
