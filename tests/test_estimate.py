@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from conftest import REPO
+
 from dlvirt.cli import main
+from dlvirt.core.records import JobResult
+from dlvirt.core.scenario import Scenario
+
+
+RECORDED = JobResult.read(Path(__file__).parent / "fixtures" / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
 
 
 def record(path: Path, scenario: str, e2e: list[float], samples: int, tool: str = "mlperf", app: str = "ic") -> None:
-    platform, cores, pinning, processor = scenario.split("/")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "tool": tool, "app": app, "model_load_s": 2.0, "platform": {"boot_s": None},
-        "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor},
-        "runs": [{"e2e_s": v, "samples": samples} for v in e2e]}))
+    runs = [dataclasses.replace(RECORDED.runs[0], e2e_s=v, samples=samples) for v in e2e]
+    launch = dataclasses.replace(RECORDED, tool=tool, app=app, model_load_s=2.0, platform={"boot_s": None},
+                                 scenario=Scenario.parse(scenario), scenario_name=scenario, runs=runs)
+    path.write_text(json.dumps(launch.to_dict()))
 
 
 def test_estimate_of_the_paper_matrix_from_this_hosts_runs(tmp_path, monkeypatch, capsys):

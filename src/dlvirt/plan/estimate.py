@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlvirt.core.atomic import read_json
 from dlvirt.core.interval import t_half_width
+from dlvirt.core.records import JobResult
 from dlvirt.plan.planner import Job, Plan
 from dlvirt.run.dlbs import settings_for as dlbs_settings
 
@@ -35,21 +35,19 @@ class Measured:
 
 def measured(runs_dir: Path) -> dict[tuple[str, str, str, int, str, str], Measured]:
     """(tool, app, platform, cores, pinning, processor) → what the run records under ``runs_dir`` show."""
-    found: dict[tuple[str, str, str, int, str, str], list[dict[str, Any]]] = {}
+    found: dict[tuple[str, str, str, int, str, str], list[JobResult]] = {}
     for path in sorted(Path(runs_dir).rglob("*.json")):
-        record = read_json(path)
-        s = record["scenario"]
-        found.setdefault((record["tool"], record["app"], s["platform"], int(s["cores"]), s["pinning"],
-                          s["processor"]), []).append(record)
+        record = JobResult.read(path)
+        s = record.scenario
+        found.setdefault((record.tool, record.app, s.platform, s.cores, s.pinning, s.processor), []).append(record)
     out = {}
     for key, records in found.items():
-        reps = [r for record in records for r in record["runs"]]
-        per_sample = sum(r["e2e_s"] for r in reps) / max(1, sum(r["samples"] for r in reps))
-        e2e = [r["e2e_s"] for r in reps]
+        reps = [r for record in records for r in record.runs]
+        per_sample = sum(r.e2e_s for r in reps) / max(1, sum(r.samples for r in reps))
+        e2e = [r.e2e_s for r in reps]
         mean = sum(e2e) / len(e2e)
         cv = (math.sqrt(sum((v - mean) ** 2 for v in e2e) / (len(e2e) - 1)) / mean) if len(e2e) > 1 else math.nan
-        overhead = sum(float(r.get("model_load_s") or 0) + float(r["platform"].get("boot_s") or 0)
-                       for r in records) / len(records)
+        overhead = sum(r.model_load_s + float(r.platform.get("boot_s") or 0) for r in records) / len(records)
         out[key] = Measured(per_sample, cv, overhead)
     return out
 
