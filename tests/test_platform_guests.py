@@ -252,3 +252,83 @@ def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(mvm_ic_workflow):
     assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm"
     assert run["runs"][0]["observed"]["nproc"] == 1
     assert yaml.safe_load((workflow_dir / "resources/guest/full/image.json").read_text())["variant"] == "full"
+
+
+class TwoSocketHost(MicroVM):
+    """A server-like machine for BM jobs: QEMU's pc machine with 2 sockets x 2 cores, one NUMA node
+    per socket (ACPI SRAT), cgroup v2 mounted by the guest's init."""
+
+    def qemu_command(self, *, accel: str, memory_mib: int, cmdline: str, root_disk: Path, job_disk: Path,
+                     console: Path) -> list[str]:
+        half = memory_mib // 2
+        return [
+            "qemu-system-x86_64", "-M", "pc", "-accel", accel, "-cpu", "host" if accel == "kvm" else "max",
+            "-smp", "4,sockets=2,cores=2,threads=1", "-m", str(2 * half),
+            "-object", f"memory-backend-ram,id=m0,size={half}M", "-object", f"memory-backend-ram,id=m1,size={half}M",
+            "-numa", "node,nodeid=0,cpus=0-1,memdev=m0", "-numa", "node,nodeid=1,cpus=2-3,memdev=m1",
+            "-name", f"guest={self.domain_name},debug-threads=on", "-nodefaults", "-no-user-config",
+            "-display", "none", "-no-reboot", "-nic", "none",
+            "-kernel", str(self.boot_files.kernel), "-initrd", str(self.boot_files.initrd), "-append", cmdline,
+            "-drive", f"file={root_disk},format=qcow2,if=virtio,cache=none",
+            "-drive", f"file={job_disk},format=raw,if=virtio,cache=none",
+            "-serial", f"file:{console}",
+        ]
+
+
+# Inside the emulated server: dlvirt's BM platform provisions BM/2/PIN and BM/2/VNL (placement,
+# cgroup v2 cpuset.cpus + cpuset.mems or cpu.max), a probe process joins each exactly as the harness
+# would (the platform's pre-exec), observes from inside, and the platform verifies and tears down.
+BM_IN_GUEST = """
+import json, subprocess, sys
+from pathlib import Path
+from dlvirt.core.scenario import Scenario
+from dlvirt.platforms.base import verify
+from dlvirt.platforms.bm import BareMetal
+
+probe = "import json; from dlvirt.system import observe; print(json.dumps(observe.observe()))"
+found = {}
+for pinning in ("PIN", "VNL"):
+    with BareMetal(Scenario("BM", 2, pinning, "CPU"), {"placement": "compact"}, Path("/tmp", pinning),
+                   "1-" + pinning.lower()) as bm:
+        seen = json.loads(subprocess.run([sys.executable, "-c", probe], preexec_fn=bm._preexec,
+                                         capture_output=True, text=True, check=True).stdout)
+        expected = bm.expected()
+        found[pinning] = {"observed": seen, "problems": verify(expected, seen), "describe": bm.describe(),
+                          "expected": vars(expected), "cgroup": [str(d) for d in bm.cgroup.dirs] if bm.cgroup else []}
+    found[pinning]["left"] = [str(p) for p in Path("/sys/fs/cgroup").glob("dlvirt-*")]
+found["subtree_control"] = Path("/sys/fs/cgroup/cgroup.subtree_control").read_text().split()
+Path("/job/out/numa.json").write_text(json.dumps(found, default=list))
+"""
+
+
+def test_bm_pin_and_vnl_on_an_emulated_two_socket_numa_host_with_cgroup_v2(probe_image, tmp_path):
+    """BM/2/PIN lands on one socket and its node's memory (cpuset.cpus + cpuset.mems in the unified
+    tree); BM/2/VNL gets its quota through cpu.max, read back inside; the guest kernel sees two
+    sockets and two NUMA nodes, and nothing dlvirt made is left in its cgroup tree."""
+    (tmp_path / "bm_in_guest.py").write_text(BM_IN_GUEST)
+    host = TwoSocketHost(Scenario("MVM", 4, "VNL", "CPU"), settings(probe_image, memory_mib=512), tmp_path / "w",
+                         f"{os.getpid()}-numa")
+    with host:
+        out = host.execute(f"PYTHONPATH={guest.GUEST_JOB_DIR}/src python3 {guest.GUEST_JOB_DIR}/bm_in_guest.py\n",
+                           timeout_s=600, files={"bm_in_guest.py": tmp_path / "bm_in_guest.py"})
+        found = json.loads((out / "numa.json").read_text())
+    assert_nothing_left(host)
+    pin, vnl = found["PIN"], found["VNL"]
+    assert pin["problems"] == [] and vnl["problems"] == []
+    # PIN: two cores of one socket, memory of that socket's node only, through a v2 cpuset
+    assert pin["describe"]["placement"] == {"cpus": [0, 1], "mems": [0], "sockets": 1, "nodes": 1,
+                                            "policy": "compact"}
+    assert pin["describe"]["cpu_mechanism"] == "sched_setaffinity + cgroup v2 cpuset.mems"
+    assert pin["cgroup"] == ["/sys/fs/cgroup/dlvirt-1-pin"]
+    seen = pin["observed"]
+    assert seen["affinity"] == [0, 1] and seen["placement"]["mems"] == [0]
+    assert (seen["placement"]["sockets"], seen["placement"]["nodes"], seen["placement"]["ran_on_nodes"]) == (1, 1, [0])
+    assert seen["cgroup"]["unified"] == "/dlvirt-1-pin"
+    # VNL: every guest CPU, both nodes' memory, a cpu.max quota of 2 cores read back inside
+    assert vnl["describe"]["cpu_mechanism"] == "cgroup v2 CFS quota"
+    seen = vnl["observed"]
+    assert seen["quota_cores"] == pytest.approx(2.0) and seen["affinity"] == [0, 1, 2, 3]
+    assert seen["placement"]["mems"] == [0, 1] and (seen["placement"]["sockets"], seen["placement"]["nodes"]) == (2, 2)
+    # delegation: the controllers enabled for the root's children; no dlvirt cgroup left behind
+    assert {"cpu", "cpuset"} <= set(found["subtree_control"])
+    assert pin["left"] == [] and vnl["left"] == []
