@@ -190,11 +190,30 @@ def test_uneven_split_over_sockets_gives_one_guest_socket_with_a_note(tmp_path):
 
 def test_summary_rows_carry_the_sockets_and_nodes_a_pinned_run_spanned():
     from dlvirt.analysis.aggregate import summarise_launches
+    from dlvirt.core.records import JobResult
 
     fixtures = Path(__file__).parent / "fixtures" / "runs"
     vnl = json.loads((fixtures / "mlperf-ic-BM-1-VNL-CPU.json").read_text())
     pin = json.loads((fixtures / "mlperf-ic-VM-2-PIN-CPU.json").read_text())
-    pin["platform"]["placement"] = {"cpus": [0, 1], "mems": [0, 1], "sockets": 2, "nodes": 2, "policy": "spread"}
-    row = summarise_launches([pin])
+    pin["placement"] = {"cpus": [0, 1], "mems": [0, 1], "sockets": 2, "nodes": 2, "policy": "spread"}
+    vnl["placement"] = {"ran_on_nodes": [0]}
+    row = summarise_launches([JobResult.from_dict(pin)])
     assert (row["sockets"], row["numa_nodes"]) == (2, 2)
-    assert summarise_launches([vnl])["sockets"] is None  # VNL: no placement
+    assert summarise_launches([JobResult.from_dict(vnl)])["sockets"] is None  # VNL: no placement
+    del vnl["placement"]  # results written before placement was recorded
+    assert summarise_launches([JobResult.from_dict(vnl)])["numa_nodes"] is None
+
+
+def test_result_records_the_placement_or_the_nodes_vnl_ran_on():
+    from dlvirt.core.records import Repetition
+    from dlvirt.run.runner import placement_record
+
+    fixtures = Path(__file__).parent / "fixtures" / "runs"
+    run = json.loads((fixtures / "mlperf-ic-BM-1-VNL-CPU.json").read_text())["runs"][0]
+    reps = []
+    for nodes in ([0], [1, 0]):
+        run["observed"]["placement"] = {"mems": [0, 1], "sockets": 2, "nodes": 2, "ran_on_nodes": nodes}
+        reps.append(Repetition.from_dict(json.loads(json.dumps(run))))
+    assert placement_record({"platform": "BM"}, reps) == {"ran_on_nodes": [0, 1]}
+    placed = {"cpus": [0, 2], "mems": [0], "sockets": 1, "nodes": 1, "policy": "compact"}
+    assert placement_record({"platform": "BM", "placement": placed}, reps) == placed

@@ -71,7 +71,7 @@ def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
     utils = [g["util_mean_pct"] for g in gpus if g.get("util_mean_pct") is not None]
     peaks = [g["peak_mib"] for g in gpus if g.get("peak_mib") is not None]
     # PIN scenarios' recorded placement (VNL has none): the most sockets / nodes any launch spanned
-    placements = [result.platform["placement"] for result in results if result.platform.get("placement")]
+    placements = [result.placement for result in results if result.placement and "sockets" in result.placement]
     return {
         "tool": first.tool,
         "app": first.app,

@@ -254,3 +254,6 @@ class JobResult(Record):
     site: str | None = None              # an edge host's site; absent for this host
     transport: dict[str, Any] | None = None  # how an edge job reached its host
     replicate: int = 1                   # the launch's round (study.replicates); 1 in older results
+    # where the job ran: PIN its placement (cpus, mems, sockets, nodes, policy); VNL the NUMA nodes
+    # its threads were seen on (ran_on_nodes); absent in results written before placement existed
+    placement: dict[str, Any] | None = None

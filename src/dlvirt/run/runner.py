@@ -14,8 +14,9 @@ import tempfile
 import uuid
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from dlvirt.core.records import HarnessJob, JobResult, JobSpec
+from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
 from dlvirt.run.repetitions import count_problem
@@ -34,6 +35,14 @@ def stop_on_sigterm() -> None:
 # A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
 # ends, by dlvirt.run.cleanup when its runner was killed.
 WORK_PREFIX = ".work-"
+
+
+def placement_record(described: dict[str, Any], runs: list[Repetition]) -> dict[str, Any]:
+    """PIN: the placement the platform made; VNL: the nodes the threads ran on, over all repetitions."""
+    if described.get("placement"):
+        return dict(described["placement"])
+    seen = [r.observed.get("placement", {}).get("ran_on_nodes") for r in runs]
+    return {"ran_on_nodes": sorted({n for nodes in seen if nodes for n in nodes})}
 
 
 def new_run_id() -> str:
@@ -94,7 +103,8 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
             slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=harness.runs, warmups=harness.warmups,
             repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
-            versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack)
+            versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
+            placement=placement_record(described, harness.runs))
         publish_result(result, output, workdir / "out", loadgen_dir)
         return result
     finally:
