@@ -100,9 +100,9 @@ def _v2_enable(root: Path, wanted: list[str]) -> None:
         raise CgroupError(f"cgroup v2 at {root} lacks controller(s) {missing}")
     control = root / "cgroup.subtree_control"
     if not os.access(control, os.W_OK):
-        raise CgroupError(f"cannot write {control}: dlvirt's cgroup v2 groups need root, or a delegated "
-                          "tree (systemd: run under a unit with Delegate=yes, e.g. systemd-run --scope "
-                          "-p Delegate=yes) whose controllers include " + " ".join(wanted))
+        raise CgroupError(f"cannot write {control}: dlvirt makes its cgroup v2 groups under the hierarchy's "
+                          f"root, which needs root (controllers wanted: {' '.join(wanted)}); a delegated "
+                          "subtree of a non-root user is not supported")
     enabled = control.read_text().split()
     for controller in wanted:
         if controller not in enabled:
