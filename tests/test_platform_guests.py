@@ -23,17 +23,15 @@ import pytest
 import yaml
 
 from conftest import copy_workflow, smoke_config, snakemake, write_config
-from dlvirt.system import engines
-from dlvirt.platforms import guest
-from dlvirt.platforms import guestimage
-from dlvirt.run.cleanup import remove_stale_guests
-from dlvirt.system.hostinfo import Capabilities, capabilities
+from dlvirt.core.scenario import Scenario
 from dlvirt.plan.planner import expand
+from dlvirt.platforms import guest, guestimage
 from dlvirt.platforms.base import PlatformError, verify
 from dlvirt.platforms.mvm import MicroVM
-from dlvirt.platforms.vm import URI, VirtualMachine, quiet_libvirt, domain_xml, parse_pci_address
-from dlvirt.core.scenario import Scenario
-from dlvirt.system import topology
+from dlvirt.platforms.vm import URI, VirtualMachine, domain_xml, parse_pci_address, quiet_libvirt
+from dlvirt.run.cleanup import remove_stale_guests
+from dlvirt.system import engines, topology
+from dlvirt.system.hostinfo import Capabilities, capabilities
 from dlvirt.system.topology import place
 from sysfs_fixtures import contiguous_two_socket
 
