@@ -19,12 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dlvirt.platforms import container_image
-
-from dlvirt.system import engines
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.platforms import container_image
 from dlvirt.platforms.cn import Container
 from dlvirt.run.runner import run_job
+from dlvirt.system import engines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness_overhead import settings  # noqa: E402 - the same IC settings as the other benchmark
@@ -52,7 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     cfg = settings(args.images, args.batch)
-    daemons = Container.daemons(CN_SETTINGS)
+    daemons = Container.daemons({Container.name: CN_SETTINGS})
     e2e: dict[str, list[float]] = {"BM": [], "CN": []}
     start_to_harness: list[float] = []
     try:

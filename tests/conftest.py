@@ -17,6 +17,20 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "src", "profiles", "pyproject.toml")
 
 
+def plan_document(left_out=(), **fields) -> dict:
+    """A results/plan.json document as the workflow writes it, with the real registries' kinds."""
+    from dlvirt.plan.planner import kinds
+
+    return {"study": "fixture", "config_sha256": "0123456789abcdef", "host_check": True, "host_cores": 4,
+            "repetitions": 5, "warmup_repetitions": 1, "jobs": [], "left_out": [list(e) for e in left_out],
+            "kinds": kinds().document(), **fields}
+
+
+def write_plan(path: Path, left_out=(), **fields) -> Path:
+    path.write_text(json.dumps(plan_document(left_out, **fields)))
+    return path
+
+
 def copy_workflow(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for part in WORKFLOW_PARTS:

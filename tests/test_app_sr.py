@@ -9,29 +9,14 @@ import wave
 import numpy as np
 import pytest
 import torch
-from conftest import run_one_job
 
+from conftest import run_one_job
 from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
-from dlvirt.apps.sr import (
-    BLANK,
-    FEATURES,
-    LABELS,
-    MANIFEST,
-    NUM_CLASSES,
-    SAMPLE_RATE,
-    Decoded,
-    LogMelFeatures,
-    SpeechRecognition,
-    build_model,
-    convert_librispeech,
-    emission_schedule,
-    greedy_decode,
-    mel_filterbank,
-    read_wav,
-    transcript,
-    word_errors,
-    write_wav,
-)
+from dlvirt.apps.sr import SpeechRecognition
+from dlvirt.apps.sr.decoder import Decoded, emission_schedule, greedy_decode, transcript, word_errors
+from dlvirt.apps.sr.features import FEATURES, SAMPLE_RATE, LogMelFeatures, mel_filterbank, read_wav, write_wav
+from dlvirt.apps.sr.librispeech import MANIFEST, convert_librispeech
+from dlvirt.apps.sr.model import BLANK, LABELS, NUM_CLASSES, build_model
 
 THREADS = ThreadPlan(policy="granted", cores=1, intra_op=1, inter_op=1, pre_workers=1)
 

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from dlvirt.analysis.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate, write_claims
-from dlvirt.plan.leftout import Gap, reasons, study_gaps
-from dlvirt.plan.planner import expand
+from dlvirt.plan.leftout import Gap, reasons
+from dlvirt.plan.planner import expand, study_gaps
 from dlvirt.system.hostinfo import Capabilities
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -289,8 +289,8 @@ def test_write_claims_from_fixture_summary(tmp_path):
 # -- left-out reasons ---------------------------------------------------------------------------------
 
 def test_reasons_understand_what_the_real_planner_writes():
-    caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=False, hw_virt=False, docker=False, qemu=False,
-                        libvirt=False, firecracker=False, cgroup_version=1)
+    caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=False, hw_virt=False, qemu=False,
+                        libvirt=False, cgroup_version=1)
     config = {"strict": False, "host_check": True, "allow_emulation": False, "platforms": {},
               "study": {"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1,
                         "matrix": [{"platforms": ["BM"], "cores": [1, 8], "pinning": ["VNL"],

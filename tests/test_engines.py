@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from local_daemons import free_port, port_open
 
 from dlvirt.system import engines
+from local_daemons import free_port, port_open
 
 pytestmark = pytest.mark.skipif(not os.access(engines.RUN_ROOT.parent, os.W_OK),
                                 reason=f"{engines.RUN_ROOT} is not writable (engines run as root)")
@@ -103,3 +103,13 @@ def test_recorded_leases_are_released_at_the_workflow_end(http_daemon, tmp_path)
         holder.kill()
         holder.wait()
 
+
+
+def test_vmcn_uses_the_engine_the_cn_section_selects():
+    """VMCN's guest image preloads the CN image from the host's engine: the one platforms.CN.engine
+    names, so dlvirt starts no dockerd of its own for it."""
+    from dlvirt.platforms.vm import VirtualMachine
+    from dlvirt.platforms.vmcn import ContainerInVM
+
+    platforms = {"CN": {"engine": {"host": "unix:///run/elsewhere/docker.sock"}}}
+    assert [d.name for d in ContainerInVM.daemons(platforms)] == [d.name for d in VirtualMachine.daemons(platforms)]

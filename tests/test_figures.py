@@ -11,9 +11,10 @@ import nbformat
 import pytest
 from PIL import Image
 
-from conftest import REPO, tool_env
+from conftest import REPO, plan_document, tool_env, write_plan
 from dlvirt.analysis import figures, rows
 from dlvirt.analysis.catalog import FIGURES
+from dlvirt.analysis.plandoc import PlanDocument
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUMMARIES = FIXTURES / "summaries"
@@ -27,8 +28,13 @@ CASES = {  # fixture -> (summary, host facts, the plan's left-out entries)
 
 def parameters(spec, case, out: Path) -> dict:
     summary, host, gaps = CASES[case]
-    return {"summaries": [str(summary)], "host": str(host), "png": str(out / f"{spec.id}.png"),
-            "pdf": str(out / f"{spec.id}.pdf"), "gaps": gaps, **spec.parameters}
+    plan = write_plan(out / f"plan-{case}.json", gaps)
+    return {"summaries": [str(summary)], "host": str(host), "plan": str(plan), "png": str(out / f"{spec.id}.png"),
+            "pdf": str(out / f"{spec.id}.pdf"), **spec.parameters}
+
+
+def plan_of(case: str) -> PlanDocument:
+    return PlanDocument.from_document(plan_document(CASES[case][2]))
 
 
 def run_notebook_in_process(notebook: Path, params: dict) -> None:
@@ -77,14 +83,15 @@ def texts(fig) -> str:
 
 
 def test_missing_panels_say_why():
-    summary, host, gaps = CASES["partial"]
-    gpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["GPU"], title="t", host=host, gaps=gaps)
+    summary, host, _ = CASES["partial"]
+    plan = plan_of("partial")
+    gpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["GPU"], title="t", host=host, plan=plan)
     assert "not measured on this host" in texts(gpu) and "no GPU on this host" in texts(gpu)
-    cpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["CPU"], title="t", host=host, gaps=gaps)
+    cpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["CPU"], title="t", host=host, plan=plan)
     assert "CN, VM, VMCN, MVM" in texts(cpu) and "platform CN is not implemented" in texts(cpu)
-    assert "app sr: not in study.apps" in texts(figures.phases_figure(summary, app="sr", gaps=gaps))
-    assert "platform MVM is not implemented" in texts(figures.mvm_figure(summary, host=host, gaps=gaps))
-    assert "no edge host was measured" in texts(figures.edge_figure(summary, gaps=gaps))
+    assert "app sr: not in study.apps" in texts(figures.phases_figure(summary, app="sr", plan=plan))
+    assert "platform MVM is not implemented" in texts(figures.mvm_figure(summary, host=host, plan=plan, platform="MVM"))
+    assert "no edge host was measured" in texts(figures.edge_figure(summary, plan=plan, apps=["ic", "sr"]))
     matplotlib.pyplot.close("all")
 
 
@@ -94,7 +101,7 @@ def test_edge_rows_only_in_the_edge_figure():
     assert set(rows.main_site(frame)["site"]) == {"local"}
     partial = rows.load_summaries(SUMMARIES / "partial.csv")  # written before the site column existed
     assert set(partial["site"]) == {"local"}
-    edge = figures.edge_figure(SUMMARIES / "full.csv")
+    edge = figures.edge_figure(SUMMARIES / "full.csv", plan=plan_of("full"), apps=["ic", "sr"])
     assert [ax.get_title() for ax in edge.axes] == ["edge host rpi4: 4 cores, vanilla, CPU"]
     matplotlib.pyplot.close("all")
 
@@ -102,10 +109,10 @@ def test_edge_rows_only_in_the_edge_figure():
 def test_normalised_to_bm_or_to_the_fastest():
     frame = rows.load_summaries(SUMMARIES / "full.csv")
     chosen = rows.select(rows.main_site(frame), tool="mlperf", cores=4, pinning="VNL", processor="CPU")
-    norm, reference = rows.normalised(chosen, "app")
+    norm, reference = rows.normalised(chosen, "app", plan_of("full").kinds.baseline)
     assert set(reference.values()) == {"BM"}
     assert norm[norm["platform"] == "BM"]["norm"].tolist() == pytest.approx([1.0] * 4)
-    _, without_bm = rows.normalised(chosen[chosen["platform"] != "BM"], "app")
+    _, without_bm = rows.normalised(chosen[chosen["platform"] != "BM"], "app", "BM")
     assert set(without_bm.values()) == {"fastest"}
 
 

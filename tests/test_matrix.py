@@ -12,8 +12,8 @@ from dlvirt.system.hostinfo import Capabilities
 
 
 def host(cores: int = 2, gpus: tuple[str, ...] = ()) -> Capabilities:
-    return Capabilities(cpus=tuple(range(cores)), gpus=gpus, kvm_device=False, hw_virt=False, docker=False,
-                        qemu=False, libvirt=False, firecracker=False, cgroup_version=1)
+    return Capabilities(cpus=tuple(range(cores)), gpus=gpus, kvm_device=False, hw_virt=False, qemu=False,
+                        libvirt=False, cgroup_version=1)
 
 
 def config(matrix, apps=("ic",), tools=("mlperf",), strict=False):

@@ -21,19 +21,16 @@ from pathlib import Path
 
 import docker
 import pytest
+
 from conftest import copy_workflow, smoke_config, snakemake, write_config
-from test_platform_bm import IC_SETTINGS, spec
-
-from dlvirt.platforms import container_image
-
-from dlvirt.system import docker_engine
-
-from dlvirt.system import engines
 from dlvirt.apps.ic import ImageClassification
-from dlvirt.run.cleanup import remove_stale_containers
+from dlvirt.platforms import container_image
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.cn import Container, online_cpus
+from dlvirt.run.cleanup import remove_stale_containers
 from dlvirt.run.runner import run_job
+from dlvirt.system import docker_engine, engines
+from test_platform_bm import IC_SETTINGS, spec
 
 pytestmark = pytest.mark.slow
 
@@ -49,10 +46,10 @@ def engine() -> Iterator[docker.DockerClient]:
             pytest.skip("no Docker engine answers and dockerd is not installed (Debian: docker.io)")
         if os.geteuid() != 0:
             pytest.skip("no Docker engine answers and starting dockerd needs root")
-    daemons = Container.daemons(SETTINGS)
+    daemons = Container.daemons({"CN": SETTINGS})
     for daemon in daemons:
         engines.acquire(daemon, os.getpid())
-    client = docker_engine.connect(SETTINGS)
+    client = docker_engine.connect(SETTINGS, "platforms.CN")
     try:
         yield client
     finally:

@@ -97,8 +97,8 @@ def assert_nothing_left(platform) -> None:
 
 
 def test_default_config_leaves_emulated_guests_out_with_a_reason():
-    caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=True, hw_virt=False, docker=True, qemu=True,
-                        libvirt=True, firecracker=False, cgroup_version=1)
+    caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=True, hw_virt=False, qemu=True,
+                        libvirt=True, cgroup_version=1)
     config = {"allow_emulation": False, "platforms": {"VM": {}, "MVM": {}, "CN": {}},
               "study": {"apps": ["ic"], "tools": ["mlperf"],
                         "matrix": [{"platforms": ["VM", "MVM"], "cores": [1], "pinning": ["VNL"],

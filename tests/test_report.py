@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import smoke_config, write_config
+from conftest import smoke_config, write_config, write_plan
 from dlvirt.analysis.catalog import FIGURES
 from dlvirt.analysis.claims import write_claims
 from dlvirt.analysis.report import write_report
@@ -29,10 +29,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
     summary, host, gaps = CASES["full"]
     for spec in FIGURES:
         run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", parameters(spec, "full", out))
-    plan = out / "plan.json"
-    plan.write_text(json.dumps({"study": "fixture", "config_sha256": "0123456789abcdef", "host_check": True,
-                                "host_cores": 4, "repetitions": 5, "warmup_repetitions": 1, "jobs": [],
-                                "left_out": CASES["partial"][2]}))
+    plan = write_plan(out / "plan.json", CASES["partial"][2])
     paths = {"summary": summary, "host": host, "plan": plan, "claims": out / "claims.csv",
              "table1": out / "table1.csv", "table2": out / "table2.csv"}
     write_tables(RUNS, host, plan, paths["table1"], paths["table2"])

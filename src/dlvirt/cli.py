@@ -160,7 +160,7 @@ def _cmd_engines(args: argparse.Namespace) -> int:
     settings = _json_arg(args, "settings")
     started: set[str] = set()
     for platform in args.platforms:
-        for daemon in platform_class(platform).daemons(settings.get(platform, {})):
+        for daemon in platform_class(platform).daemons(settings):
             if daemon.name in started:
                 continue
             started.add(daemon.name)
@@ -214,26 +214,15 @@ def _estimate_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from dlvirt.core.atomic import write_json_atomic
-    from dlvirt.plan.leftout import plan_document
+    from dlvirt.plan.estimate import estimate, report
     from dlvirt.plan.planner import expand
     from dlvirt.system.hostinfo import capabilities
 
-    if args.estimate:
-        from dlvirt.plan.estimate import estimate, report
-
-        config = _estimate_config(args)
-        plan = expand(config, capabilities() if config["host_check"] else None)
-        print(report(config, estimate(config, plan, Path(args.runs))))
-        return 0
-    if not args.output or not args.config or len(args.config) != 1:
-        raise UsageError("plan: --config JSON and --output are needed (or --estimate [FILE ...])")
-    args.config = args.config[0]
-    config = _json_arg(args, "config", ("study", "apps", "platforms", "host_check"))
-    caps = capabilities() if config["host_check"] else None
-    plan = expand(config, caps)
-    jobs = [{**job.wildcards, "scenario": job.scenario.name, "order": i} for i, job in enumerate(plan.jobs)]
-    write_json_atomic(Path(args.output), plan_document(config, jobs, plan.left_out, caps.cores if caps else None))
+    if not args.estimate:  # results/plan.json is the workflow's own plan (rule study_plan)
+        raise UsageError("plan: --estimate [FILE ...] is needed (the workflow writes results/plan.json itself)")
+    config = _estimate_config(args)
+    plan = expand(config, capabilities() if config["host_check"] else None)
+    print(report(config, estimate(config, plan, Path(args.runs))))
     return 0
 
 
@@ -375,29 +364,29 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_engines)
 
     p = sub.add_parser("image", parents=[retry],
-                       help="build (or pull) the CN image unless the engine has it; write its marker")
-    p.add_argument("--settings", required=True, help="the config's platforms.CN section as JSON")
+                       help="build (or pull) the container image unless the engine has it; write its marker")
+    p.add_argument("--settings", required=True, help="the container platform's config section as JSON")
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_image)
 
-    p = sub.add_parser("guest-image", parents=[retry], help="build a guest disk image (VM, MVM, VMCN) offline")
+    p = sub.add_parser("guest-image", parents=[retry],
+                       help="build a guest disk image offline (for the platforms that boot one)")
     p.add_argument("--variant", required=True, choices=["probe", "full", "gpu", "docker"])
     p.add_argument("--output-dir", required=True)
-    p.add_argument("--cn-settings", default="{}", help="the config's platforms.CN section as JSON "
-                   "(and platforms.VM.gpu_driver as gpu_driver, variant gpu)")
-    p.add_argument("--cn-image", default="", help="the CN image to preload (variant docker)")
+    p.add_argument("--cn-settings", default="{}", help="the container platform's config section as JSON "
+                   "(and the gpu_driver of the platform booting variant gpu)")
+    p.add_argument("--cn-image", default="", help="the container image to preload (variant docker)")
     p.set_defaults(func=_cmd_guest_image)
 
-    p = sub.add_parser("plan", help="write the study plan: the jobs, and what was left out and why; or, with "
-                                    "--estimate, project the study's machine time from the run records so far")
-    p.add_argument("--config", nargs="+", help="the validated config as JSON; with --estimate: KEY=VALUE overrides")
-    p.add_argument("--output")
+    p = sub.add_parser("plan", help="with --estimate, project the study's machine time from the run records so far "
+                                    "(results/plan.json itself is written by the workflow)")
+    p.add_argument("--config", nargs="+", help="KEY=VALUE overrides")
     p.add_argument("--estimate", action="store_true",
                    help="print the projected machine time per scenario and in total (fixed and adaptive repetitions)")
-    p.add_argument("files", nargs="*", help="with --estimate: config files merged over --default-config")
+    p.add_argument("files", nargs="*", help="config files merged over --default-config")
     p.add_argument("--default-config", default="config/config.yaml")
     p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
-    p.add_argument("--runs", default="results/runs", help="with --estimate: the run records to measure from")
+    p.add_argument("--runs", default="results/runs", help="the run records to measure from")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("check-config", help="check config files as the workflow does, naming the file and line "

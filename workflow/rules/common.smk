@@ -11,20 +11,22 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from dlvirt.apps import app_class  # noqa: E402
+from dlvirt.apps import KINDS as APP_KINDS, app_class  # noqa: E402
 from dlvirt.analysis.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
 from dlvirt.platforms.container_image import (
     content_tag as cn_content_tag,
     host_lock,
     image_inputs as cn_image_inputs,
 )  # noqa: E402
-from dlvirt.plan.leftout import APPS, TOOLS, study_gaps  # noqa: E402
+from dlvirt.core.atomic import write_json_atomic  # noqa: E402
+from dlvirt.core.kinds import CONTAINER_IMAGE  # noqa: E402
+from dlvirt.platforms import KINDS as PLATFORM_KINDS, container_platform  # noqa: E402
 from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
-from dlvirt.plan.planner import expand as expand_plan  # noqa: E402
+from dlvirt.plan.planner import TOOLS, expand as expand_plan, plan_document  # noqa: E402
 from dlvirt.run.interrupt import stop_jobs_on_interrupt  # noqa: E402
 
 # Checksums of configured weights and vocab files, by size and mtime (dlvirt.plan.configcheck).
@@ -55,10 +57,20 @@ if config["host_check"] and not workflow.local_exec:
         "the profile's, so add host_check=false to it)"
     )
 
+HOST_CAPS = capabilities() if config["host_check"] else None
 try:
-    PLAN = expand_plan(config, capabilities() if config["host_check"] else None)
+    PLAN = expand_plan(config, HOST_CAPS)
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
+# results/plan.json is this very plan, written by the study_plan rule. Being that rule's param, a
+# change of config or of the host facts that changes the plan reruns it, and with it what reads it.
+PLAN_DOCUMENT = plan_document(config, PLAN, HOST_CAPS.cores if HOST_CAPS else None)
+
+
+def write_plan(path, log, document):
+    """results/plan.json from the plan this workflow runs, not from a second planning."""
+    write_json_atomic(path, document)
+    Path(log).write_text(f"{len(document['jobs'])} jobs, {len(document['left_out'])} left out\n")
 
 if workflow.is_main_process:
     for what, why in PLAN.left_out:
@@ -86,33 +98,33 @@ RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
 
-# The CN image: rule cn_image writes the marker once the engine has it; CN jobs run CN_IMAGE
-# (platforms.CN.image, else dlvirt's own build, named by the hash of its inputs).
+# The container image: rule cn_image writes the marker once the engine has it; jobs of the container
+# platform (CN) run CN_IMAGE (its section's image, else dlvirt's own build, named by the hash of its
+# inputs). That section also selects the Docker engine.
+CN = container_platform()
 CN_IMAGE_MARKER = "resources/images/cn.json"
-CN_IMAGE = config["platforms"]["CN"]["image"] or cn_content_tag(Path("."))
-# Platform -> the image markers its benchmark jobs need: only those jobs wait for an image.
-PLATFORM_IMAGES = {"CN": [CN_IMAGE_MARKER]}
+CN_IMAGE = config["platforms"][CN]["image"] or cn_content_tag(Path("."))
 # What each workflow acquired from dlvirt.system.engines (the daemons it started or shares).
 ENGINE_STATE_DIR = "resources/engines"
 
 # Figure id -> its notebook, the per-app summaries it reads (only those: one figure builds only
-# what it needs), extra papermill parameters, and the plan's reasons for rows it may lack.
+# what it needs) and extra papermill parameters; the plan's reasons for rows it may lack and the
+# platforms' order and colours it reads from results/plan.json.
 # What each figure shows is in src/dlvirt/analysis/catalog.py.
 FIGURES = {
     spec.id: {
         "notebook": f"notebooks/{spec.notebook_name}.ipynb",
         "summaries": [SUMMARY_FILE.format(tool=spec.tool, app=app) for app in spec.apps],
         "parameters": spec.parameters,
-        "gaps": study_gaps(PLAN.left_out, config["study"], (spec.tool,), spec.apps),
     }
     for spec in FIGURE_SPECS
 }
 
 
 wildcard_constraints:
-    tool="mlperf|dlbs",
-    app="ic|sr|nlp|rs",
-    platform="BM|CN|VM|MVM|VMCN",
+    tool="|".join(TOOLS),
+    app="|".join(APP_KINDS),
+    platform="|".join(PLATFORM_KINDS),
     cores=r"\d+",
     pinning="VNL|PIN",
     processor="CPU|GPU",
@@ -206,13 +218,14 @@ def platform_settings(platform):
     """The platform's config section with the placement policy of PIN scenarios; for CN with
     ``image`` set to the image its jobs run."""
     settings = {**config["platforms"].get(platform, {}), "placement": config["platforms"]["placement"]}
-    return {**settings, "image": CN_IMAGE} if platform == "CN" else settings
+    return {**settings, "image": CN_IMAGE} if platform == CN else settings
 
 
 def platform_images(wildcards):
-    # VM/*/*/GPU boots the gpu variant (the NVIDIA driver for the passed-through card)
-    if wildcards.platform == "VM" and wildcards.processor == "GPU" and not config["platforms"]["VM"].get("image_dir"):
-        return [f"{GUEST_IMAGE_DIR}/gpu/image.json"]
+    kind = PLATFORM_KINDS[wildcards.platform]
+    # its GPU scenarios boot the gpu variant (the NVIDIA driver for the passed-through card)
+    if wildcards.processor == "GPU" and kind.gpu_image and not config["platforms"][kind.name].get("image_dir"):
+        return [f"{GUEST_IMAGE_DIR}/{kind.gpu_image}/image.json"]
     return PLATFORM_IMAGES.get(wildcards.platform, [])
 
 
@@ -250,16 +263,15 @@ def framework_env(wildcards):
 
 
 def figure_parameters(wildcards, input, output):
-    """The notebook's papermill parameters as one YAML (JSON) shell word: a change to the plan's
-    reasons for this figure's missing rows reruns this figure only."""
+    """The notebook's papermill parameters as one YAML (JSON) shell word."""
     figure = FIGURES[wildcards.fig]
     return quoted_json(
         {
             "summaries": list(input.summaries),
             "host": input.host,
+            "plan": input.plan,
             "png": output.png,
             "pdf": output.pdf,
-            "gaps": figure["gaps"],
             **figure["parameters"],
         }
     )
@@ -281,13 +293,22 @@ def all_targets():
     ]
 
 
-# Guest images of VM, MVM and VMCN (rule guest_image, workflow/rules/guests.smk).
+# Guest images of the platforms that boot one (rule guest_image, workflow/rules/guests.smk).
 GUEST_IMAGE_DIR = "resources/guest"
-GUEST_VARIANT = {"VM": "full", "MVM": "full", "VMCN": "docker"}
-# Jobs of a guest platform wait for its image, unless the config names an image of its own.
-for _platform, _variant in GUEST_VARIANT.items():
-    if not config["platforms"][_platform].get("image_dir"):
-        PLATFORM_IMAGES[_platform] = [f"{GUEST_IMAGE_DIR}/{_variant}/image.json"]
+
+
+def images_of(kind):
+    """The image markers a platform's benchmark jobs wait for: the container image's, or its guest
+    image variant's unless the config names an image of its own (image_dir)."""
+    if kind.image == CONTAINER_IMAGE:
+        return [CN_IMAGE_MARKER]
+    if kind.guest_variant and not config["platforms"][kind.name].get("image_dir"):
+        return [f"{GUEST_IMAGE_DIR}/{kind.guest_variant}/image.json"]
+    return []
+
+
+# Platform -> the image markers its benchmark jobs need: only those jobs wait for an image.
+PLATFORM_IMAGES = {name: images_of(kind) for name, kind in PLATFORM_KINDS.items()}
 
 
 def guest_image_inputs(wildcards):
@@ -302,11 +323,11 @@ def guest_image_inputs(wildcards):
 
 def guest_image_settings(wildcards):
     """CN settings: the Debian mirror for every variant, the engine and image for "docker" only."""
-    cn = config["platforms"]["CN"]
+    cn = config["platforms"][CN]
     if wildcards.variant == "gpu":
-        return quoted_json(
-            {"debian_mirror": cn.get("debian_mirror"), "gpu_driver": config["platforms"]["VM"]["gpu_driver"]}
-        )
+        booted_by = next(kind.name for kind in PLATFORM_KINDS.values() if kind.gpu_image == wildcards.variant)
+        gpu_driver = config["platforms"][booted_by]["gpu_driver"]
+        return quoted_json({"debian_mirror": cn.get("debian_mirror"), "gpu_driver": gpu_driver})
     if wildcards.variant != "docker":
         return quoted_json({"debian_mirror": cn.get("debian_mirror")})
     return quoted_json(cn)

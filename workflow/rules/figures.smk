@@ -4,6 +4,7 @@ rule figure:
         notebook=lambda w: FIGURES[w.fig]["notebook"],
         summaries=lambda w: FIGURES[w.fig]["summaries"],
         host="results/host.json",
+        plan="results/plan.json",
     output:
         png=report("results/figures/{fig}.png", category="Figures"),
         pdf="results/figures/{fig}.pdf",

@@ -14,7 +14,7 @@ rule cn_image:
     resources:
         retry_wait_s=retry_wait_s,
     params:
-        settings=quoted_json(config["platforms"]["CN"]),
+        settings=quoted_json(config["platforms"][CN]),
         image=CN_IMAGE,
     shell:
         "python -m dlvirt image --settings {params.settings} --output {output:q}"

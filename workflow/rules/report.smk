@@ -5,17 +5,15 @@ rule study_plan:
         "results/plan.json",
     log:
         "results/logs/report/plan.log",
-    conda:
-        "../../envs/analysis.yaml"
     params:
-        config=quoted_json(config),
-    shell:
-        "python -m dlvirt plan --config {params.config} --output {output:q} > {log:q} 2>&1"
+        plan=PLAN_DOCUMENT,
+    run:
+        write_plan(output[0], log[0], params.plan)
 
 
 rule tables:
     input:
-        runs=[run for tool in TOOLS for app in APPS for run in run_files(tool, app)],
+        runs=[run for tool in TOOLS for app in APP_KINDS for run in run_files(tool, app)],
         host="results/host.json",
         plan="results/plan.json",
     output:

@@ -18,7 +18,7 @@ import pandas as pd
 from dlvirt.analysis.stats import estimate, inliers, trend
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.records import JobResult, Repetition
-from dlvirt.plan.planner import LOCAL_SITE
+from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.system.hostinfo import hardware_label
 
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]

@@ -29,52 +29,64 @@ class FigureSpec:
         return self.notebook or self.id
 
 
+def _e2e(id: str, title: str, tool: str, apps: tuple[str, ...], shows: str, paper: str,
+         claims: tuple[str, ...] = (), *, processors: tuple[str, ...] = ("CPU", "GPU"),
+         ylabel: str = "E2E inference time (s)") -> FigureSpec:
+    """A figure of inference time against the scale-up level, one panel per processor: all drawn by
+    notebooks/e2e_vs_cores.ipynb with these parameters."""
+    (app,) = apps
+    return FigureSpec(id, title, tool, apps, shows, paper, claims, notebook="e2e_vs_cores", processors=processors,
+                      parameters={"tool": tool, "app": app, "processors": list(processors), "title": title,
+                                  "ylabel": ylabel})
+
+
 _E2E = ("One line per platform and CPU mode (solid: vanilla, dashed: pinned) against the scale-up level; "
         "error bars are 95 % confidence intervals; hollow markers are emulated (TCG) guests.")
 
 FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("fig4a", "Fig. 4a: IC E2E inference time (CPU)", "mlperf", ("ic",), _E2E,
-               "Pinned platforms are fastest; vanilla CN carries an outlier overhead at small core counts; "
-               "from 32 cores on, BM is slower than the virtualised platforms.",
-               ("pinning", "cn_overhead_chr", "scale_up_limit"), processors=("CPU",)),
-    FigureSpec("fig4b", "Fig. 4b: IC E2E inference time (GPU)", "mlperf", ("ic",), _E2E,
-               "With a GPU, pre- and post-processing on the CPU dominate; scale-up beyond 32 cores slows IC down.",
-               ("gpu_speedup", "scale_up_limit"), processors=("GPU",)),
-    FigureSpec("fig5", "Fig. 5: IC model-only inference time (DLBS)", "dlbs", ("ic",),
-               "DLBS-style model-only time (synthetic tensors, no pre/post-processing) per platform and "
-               "CPU mode against the scale-up level, CPU and GPU panels, 95 % CI.",
-               "Without pre- and post-processing the differences between platforms shrink: the model alone "
-               "hides much of the overhead that the E2E time shows."),
-    FigureSpec("fig6", "Fig. 6: SR E2E inference time (CPU)", "mlperf", ("sr",), _E2E,
-               "Platforms follow one trend up to 32 cores (except vanilla CN); 64-core VM-based instances "
-               "span two sockets and slow down sharply; E2E time falls up to 8 cores only.",
-               ("pinning", "scale_up_limit"), processors=("CPU",)),
-    FigureSpec("fig7a", "Fig. 7a: NLP E2E inference time (CPU)", "mlperf", ("nlp",), _E2E,
-               "16 cores give the lowest E2E time on every platform but vanilla CN; pinned platforms beat "
-               "vanilla ones.", ("pinning", "scale_up_limit"), processors=("CPU",)),
-    FigureSpec("fig7b", "Fig. 7b: NLP E2E inference time (GPU)", "mlperf", ("nlp",), _E2E,
-               "The GPU speeds NLP up more than 3× on every platform; scale-up and pinning matter little.",
-               ("gpu_speedup",), processors=("GPU",)),
-    FigureSpec("fig8a", "Fig. 8a: RS E2E inference time (CPU)", "mlperf", ("rs",), _E2E,
-               "Outlier overhead of vanilla CN, no gain from scaling up to 64 cores, pinning helps.",
-               ("pinning", "cn_overhead_chr", "scale_up_limit"), processors=("CPU",)),
-    FigureSpec("fig8b", "Fig. 8b: RS E2E inference time (GPU)", "mlperf", ("rs",), _E2E,
-               "The GPU barely improves RS: pre- and post-processing on the CPU dominate.",
-               ("gpu_speedup",), processors=("GPU",)),
+    _e2e("fig4a", "Fig. 4a: IC E2E inference time (CPU)", "mlperf", ("ic",), _E2E,
+         "Pinned platforms are fastest; vanilla CN carries an outlier overhead at small core counts; "
+         "from 32 cores on, BM is slower than the virtualised platforms.",
+         ("pinning", "cn_overhead_chr", "scale_up_limit"), processors=("CPU",)),
+    _e2e("fig4b", "Fig. 4b: IC E2E inference time (GPU)", "mlperf", ("ic",), _E2E,
+         "With a GPU, pre- and post-processing on the CPU dominate; scale-up beyond 32 cores slows IC down.",
+         ("gpu_speedup", "scale_up_limit"), processors=("GPU",)),
+    _e2e("fig5", "Fig. 5: IC model-only inference time (DLBS)", "dlbs", ("ic",),
+         "DLBS-style model-only time (synthetic tensors, no pre/post-processing) per platform and "
+         "CPU mode against the scale-up level, CPU and GPU panels, 95 % CI.",
+         "Without pre- and post-processing the differences between platforms shrink: the model alone "
+         "hides much of the overhead that the E2E time shows.", ylabel="model-only inference time (s)"),
+    _e2e("fig6", "Fig. 6: SR E2E inference time (CPU)", "mlperf", ("sr",), _E2E,
+         "Platforms follow one trend up to 32 cores (except vanilla CN); 64-core VM-based instances "
+         "span two sockets and slow down sharply; E2E time falls up to 8 cores only.",
+         ("pinning", "scale_up_limit"), processors=("CPU",)),
+    _e2e("fig7a", "Fig. 7a: NLP E2E inference time (CPU)", "mlperf", ("nlp",), _E2E,
+         "16 cores give the lowest E2E time on every platform but vanilla CN; pinned platforms beat "
+         "vanilla ones.", ("pinning", "scale_up_limit"), processors=("CPU",)),
+    _e2e("fig7b", "Fig. 7b: NLP E2E inference time (GPU)", "mlperf", ("nlp",), _E2E,
+         "The GPU speeds NLP up more than 3× on every platform; scale-up and pinning matter little.",
+         ("gpu_speedup",), processors=("GPU",)),
+    _e2e("fig8a", "Fig. 8a: RS E2E inference time (CPU)", "mlperf", ("rs",), _E2E,
+         "Outlier overhead of vanilla CN, no gain from scaling up to 64 cores, pinning helps.",
+         ("pinning", "cn_overhead_chr", "scale_up_limit"), processors=("CPU",)),
+    _e2e("fig8b", "Fig. 8b: RS E2E inference time (GPU)", "mlperf", ("rs",), _E2E,
+         "The GPU barely improves RS: pre- and post-processing on the CPU dominate.",
+         ("gpu_speedup",), processors=("GPU",)),
     FigureSpec("fig9", "Fig. 9: no idle host cores (IC, CPU)", "mlperf", ("ic",),
                "E2E time of instances as large as the host (instance cores = host cores) for BM, CN, VM and "
                "VMCN, vanilla and pinned, 95 % CI.",
                "Without idle host cores the overhead of the virtualised platforms, vanilla VM and VMCN in "
-               "particular, is well above BM.", ("no_idle_cores",), processors=("CPU",)),
+               "particular, is well above BM.", ("no_idle_cores",), processors=("CPU",),
+               parameters={"app": "ic", "platforms": ["BM", "CN", "VM", "VMCN"]}),
     FigureSpec("fig10", "Fig. 10: MVM against the other platforms", "mlperf", ("ic", "sr", "nlp", "rs"),
                "E2E time per app at the largest MVM level (vanilla, CPU), normalised per app to BM, next to "
                "the platforms' boot times.",
                "MVM and VM perform alike except for I/O-heavy NLP, where MVM is slower; MVM boots much faster.",
-               ("mvm_like_vm",), processors=("CPU",)),
+               ("mvm_like_vm",), processors=("CPU",), parameters={"platform": "MVM"}),
     FigureSpec("fig11", "Fig. 11: the edge (IC and SR)", "mlperf", ("ic", "sr"),
                "E2E time per platform on the edge host, normalised per app to BM.",
                "On the edge (all of the device's cores, CHR = 1) CN adds the least overhead; VMCN the most.",
-               ("cn_cheapest_chr1",), edge=True),
+               ("cn_cheapest_chr1",), edge=True, parameters={"apps": ["ic", "sr"]}),
     *(FigureSpec(f"phases_{app}", f"Phase breakdown: {app.upper()}", "mlperf", (app,),
                  "Share of pre-processing, inference and post-processing in the time spent in the phases, "
                  "per scenario, with the mean E2E time beside each bar.",

@@ -31,7 +31,8 @@ from dlvirt.analysis.catalog import FIGURES
 from dlvirt.analysis.rows import emulated, verified_gpu_rows, with_site
 from dlvirt.analysis.stats import Interval, Mean, above, alike, estimate, lower, ratio, relative_difference
 from dlvirt.core.atomic import read_json, write_text_atomic
-from dlvirt.plan.leftout import LOCAL_SITE, reasons
+from dlvirt.core.scenario import LOCAL_SITE
+from dlvirt.plan.leftout import reasons
 
 HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "not testable here"
 VIRTUALISED = ("CN", "VM", "VMCN", "MVM")

@@ -2,7 +2,7 @@
 figure is about is ``dlvirt.analysis.rows``).
 
 Every figure draws whatever subset of rows the summaries hold. A panel with nothing to draw says
-"not measured on this host" and why (the plan's left-out reasons, passed in as ``gaps``), instead
+"not measured on this host" and why (the plan's left-out reasons, from plan.json), instead
 of failing or vanishing. Rows measured on an edge host (``site`` other than local) appear only in
 the edge figure.
 """
@@ -22,10 +22,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from dlvirt.analysis.plandoc import PlanDocument  # noqa: E402
 from dlvirt.analysis.rows import (  # noqa: E402
     BOOT,
     PHASES,
-    PLATFORM_ORDER,
     SITE,
     edge_sites,
     emulated,
@@ -36,17 +36,17 @@ from dlvirt.analysis.rows import (  # noqa: E402
     main_site,
     normalised,
     phase_shares,
+    present,
     scenario_order,
     select,
 )
 from dlvirt.plan.leftout import reasons  # noqa: E402
 
-PLATFORM_COLOURS = dict(zip(PLATFORM_ORDER, sns.color_palette("colorblind", len(PLATFORM_ORDER)), strict=True))
+PALETTE = sns.color_palette("colorblind", 10)  # a platform's colour is its PlatformKind.colour here
 PINNING_STYLE = {"VNL": "-", "PIN": "--"}
 PINNING_MARKER = {"VNL": "o", "PIN": "s"}
 PHASE_COLOURS = dict(zip(PHASES, sns.color_palette("Set2", 3), strict=True))
 EMULATED_HATCH = "//"
-Gaps = list[list[str]] | list[tuple[str, str]] | None
 
 
 def apply_style() -> None:
@@ -68,18 +68,23 @@ def not_measured(ax: plt.Axes, reason: str | list[str]) -> None:
     ax.grid(False)
 
 
-def why_missing(gaps: Gaps, fallback: str, **where: Any) -> list[str]:
+def colour(plan: PlanDocument, platform: str) -> Any:
+    return PALETTE[plan.kinds.colour(platform) % len(PALETTE)]
+
+
+def why_missing(plan: PlanDocument, fallback: str, **where: Any) -> list[str]:
     """The plan's reasons for rows matching ``where`` being absent, or ``fallback`` if it gave none.
     Asked about platforms, their own reasons come before those of whole apps left out."""
-    return reasons(gaps or [], detail=where.get("platforms") is not None, **where) or [fallback]
+    return reasons(plan.left_out, detail=where.get("platforms") is not None, **where) or [fallback]
 
 
-def absent_note(ax: plt.Axes, rows: pd.DataFrame, platforms: Iterable[str], gaps: Gaps, **where: Any) -> None:
+def absent_note(ax: plt.Axes, rows: pd.DataFrame, platforms: Iterable[str], plan: PlanDocument,
+                **where: Any) -> None:
     """Under the axes: which of ``platforms`` have no rows here, and the plan's reasons."""
     absent = tuple(p for p in platforms if rows.empty or p not in set(rows["platform"]))
     if not absent:
         return
-    why = "; ".join(why_missing(gaps, "not in the summary", platforms=absent, **where))
+    why = "; ".join(why_missing(plan, "not in the summary", platforms=absent, **where))
     figure = ax.get_figure(root=True)
     assert figure is not None  # axes being drawn on belong to a figure
     chars = int(ax.get_position().width * figure.get_figwidth() * 15)  # ~15 characters per inch at 7 pt
@@ -88,7 +93,7 @@ def absent_note(ax: plt.Axes, rows: pd.DataFrame, platforms: Iterable[str], gaps
 
 
 def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, processor: str,
-                 gaps: Gaps = None, value: str = "mean_s", ci: str = "ci95_s",
+                 plan: PlanDocument, value: str = "mean_s", ci: str = "ci95_s",
                  ylabel: str = "E2E inference time (s)") -> bool:
     """Lines of ``value`` against cores, one per platform × pinning, with 95 % CI bars.
 
@@ -96,12 +101,12 @@ def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, proc
     'not measured' note) when there is nothing to plot."""
     rows = select(main_site(frame), tool=tool, app=app, processor=processor)
     if rows.empty:
-        not_measured(ax, why_missing(gaps, f"no {tool} {app.upper()} runs on {processor} in the summary",
+        not_measured(ax, why_missing(plan, f"no {tool} {app.upper()} runs on {processor} in the summary",
                                      tool=tool, app=app, processor=processor))
         return False
     levels = sorted(rows["cores"].unique())
     position = {c: i for i, c in enumerate(levels)}
-    for platform in [p for p in PLATFORM_ORDER if p in set(rows["platform"])]:
+    for platform in present(plan.kinds.platform_order, rows):
         for pinning in ("VNL", "PIN"):
             line = select(rows, platform=platform, pinning=pinning).sort_values("cores")
             if line.empty:
@@ -109,7 +114,7 @@ def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, proc
             tcg = bool(emulated(line).any())
             label = f"{platform} {pinning}" + (" (emulated, TCG)" if tcg else "")
             ax.errorbar([position[c] for c in line["cores"]], line[value], yerr=line[ci].fillna(0),
-                        color=PLATFORM_COLOURS[platform], linestyle=PINNING_STYLE[pinning],
+                        color=colour(plan, platform), linestyle=PINNING_STYLE[pinning],
                         marker=PINNING_MARKER[pinning], markerfacecolor="none" if tcg else None,
                         capsize=3, label=label)
     spanning = first_level_spanning_sockets(rows)
@@ -122,7 +127,7 @@ def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, proc
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
     ax.legend(title="platform, CPU mode", fontsize=8, title_fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    absent_note(ax, rows, PLATFORM_ORDER, gaps, tool=tool, app=app, processor=processor)
+    absent_note(ax, rows, plan.kinds.platform_order, plan, tool=tool, app=app, processor=processor)
     return True
 
 
@@ -134,14 +139,14 @@ def _footer(fig: plt.Figure, host: str | Path | None) -> None:
 
 def e2e_vs_cores_figure(summaries: str | Path | Iterable[str | Path], *, tool: str, app: str,
                         processors: Iterable[str] = ("CPU",), title: str, host: str | Path | None = None,
-                        gaps: Gaps = None, ylabel: str = "E2E inference time (s)") -> plt.Figure:
+                        plan: PlanDocument, ylabel: str = "E2E inference time (s)") -> plt.Figure:
     """One panel per processor (Figures 4–8)."""
     apply_style()
     processors = list(processors)
     frame = load_summaries(summaries)
     fig, axes = plt.subplots(1, len(processors), figsize=(8.0 * len(processors), 4.2), squeeze=False)
     for ax, processor in zip(axes[0], processors, strict=True):
-        e2e_vs_cores(ax, frame, tool=tool, app=app, processor=processor, gaps=gaps, ylabel=ylabel)
+        e2e_vs_cores(ax, frame, tool=tool, app=app, processor=processor, plan=plan, ylabel=ylabel)
         if len(processors) > 1:
             ax.set_title(processor)
     fig.suptitle(title)
@@ -192,11 +197,12 @@ def _level_bars(ax: plt.Axes, rows: pd.DataFrame, platforms: list[str], title: s
 
 
 def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str | Path | None,
-                      gaps: Gaps = None, app: str = "ic", processor: str = "CPU") -> plt.Figure:
+                      plan: PlanDocument, app: str, platforms: Iterable[str], processor: str = "CPU") -> plt.Figure:
     """Figure 9: instances as large as the host (no idle host cores) next to the largest smaller
-    level (idle host cores left), BM, CN, VM and VMCN, vanilla and pinned."""
+    level (idle host cores left), ``platforms`` (in figure order), vanilla and pinned."""
     apply_style()
-    platforms = ["BM", "CN", "VM", "VMCN"]
+    wanted = set(platforms)
+    platforms = [p for p in plan.kinds.platform_order if p in wanted]
     rows = select(main_site(load_summaries(summaries)), tool="mlperf", app=app, processor=processor,
                   platform=tuple(platforms))
     cores = host_cores(host)
@@ -213,13 +219,13 @@ def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str
             if at_level.empty:
                 fallback = (f"no {app.upper()} runs below the host's {cores} cores" if level is None
                             else f"no {app.upper()} runs with {level} cores")
-                not_measured(ax, why_missing(gaps, fallback, tool="mlperf", app=app, processor=processor,
+                not_measured(ax, why_missing(plan, fallback, tool="mlperf", app=app, processor=processor,
                                              platforms=tuple(platforms), cores=level))
                 ax.set_title(title.format(c=level if level else "fewer", h=cores), fontsize=10)
                 continue
             present = [p for p in platforms if p in set(at_level["platform"])]
             _level_bars(ax, at_level, present, title.format(c=level, h=cores))
-            absent_note(ax, at_level, platforms, gaps, tool="mlperf", app=app, processor=processor, cores=level)
+            absent_note(ax, at_level, platforms, plan, tool="mlperf", app=app, processor=processor, cores=level)
     axes[0].set_ylim(bottom=0)  # shared by both panels; set once both are drawn
     fig.suptitle(f"Fig. 9: {app.upper()} E2E time without idle host cores ({processor})")
     _footer(fig, host)
@@ -227,14 +233,14 @@ def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str
     return fig
 
 
-def _normalised_bars(ax: plt.Axes, rows: pd.DataFrame, apps: list[str]) -> None:
-    norm, reference = normalised(rows, "app")
+def _normalised_bars(ax: plt.Axes, rows: pd.DataFrame, apps: list[str], plan: PlanDocument) -> None:
+    norm, reference = normalised(rows, "app", plan.kinds.baseline)
     groups = [f"{a.upper()}\n(÷ {reference[a]})" for a in apps if a in reference]
     label = {a: f"{a.upper()}\n(÷ {reference[a]})" for a in reference}
     series = []
-    for platform in [p for p in PLATFORM_ORDER if p in set(norm["platform"])]:
+    for platform in present(plan.kinds.platform_order, norm):
         mine = norm[norm["platform"] == platform].assign(group=lambda d: d["app"].map(label)).set_index("group")
-        series.append((platform, mine["norm"], mine["norm_ci"], emulated(mine), PLATFORM_COLOURS[platform]))
+        series.append((platform, mine["norm"], mine["norm_ci"], emulated(mine), colour(plan, platform)))
     _bars(ax, groups, series)
     _emulated_note(ax, rows)
     ax.axhline(1.0, color="#333333", linewidth=0.8, linestyle=":")
@@ -243,37 +249,36 @@ def _normalised_bars(ax: plt.Axes, rows: pd.DataFrame, apps: list[str]) -> None:
     ax.legend(fontsize=8, ncols=len(series) + 1, loc="upper left")
 
 
-def mvm_figure(summaries: str | Path | Iterable[str | Path], *, host: str | Path | None = None,
-               gaps: Gaps = None) -> plt.Figure:
-    """Figure 10: at the largest MVM level (VNL, CPU), every platform's E2E time normalised per app,
-    and the platforms' boot times."""
+def mvm_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocument, platform: str,
+               host: str | Path | None = None) -> plt.Figure:
+    """Figure 10: at the largest level of ``platform`` (the micro-VM; VNL, CPU), every platform's E2E
+    time normalised per app, and the platforms' boot times."""
     apply_style()
     frame = main_site(load_summaries(summaries))
     rows = select(frame, tool="mlperf", pinning="VNL", processor="CPU")
-    mvm = select(rows, platform="MVM")
+    mvm = select(rows, platform=platform)
     if mvm.empty:
         fig, ax = plt.subplots(figsize=(8, 4.2))
-        not_measured(ax, why_missing(gaps, "no MVM runs in the summary", tool="mlperf", processor="CPU",
-                                     platforms=("MVM",)))
+        not_measured(ax, why_missing(plan, f"no {platform} runs in the summary", tool="mlperf", processor="CPU",
+                                     platforms=(platform,)))
     else:
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
         level = int(mvm["cores"].max())
         at_level = select(rows, cores=level)
-        apps = [a for a in ("ic", "sr", "nlp", "rs") if a in set(at_level["app"])]
-        _normalised_bars(left, at_level, apps)
+        _normalised_bars(left, at_level, present(plan.kinds.app_order, at_level, "app"), plan)
         left.set_title(f"E2E time, {level} cores, vanilla, CPU", fontsize=10)
-        absent_note(left, at_level, PLATFORM_ORDER, gaps, tool="mlperf", processor="CPU", cores=level)
+        absent_note(left, at_level, plan.kinds.platform_order, plan, tool="mlperf", processor="CPU", cores=level)
         boots = at_level.dropna(subset=[BOOT]) if BOOT in at_level else at_level.iloc[0:0]
         if boots.empty:
             not_measured(right, f"no boot times in the summary (column {BOOT}, recorded by booting platforms)")
         else:
             per_platform = boots.groupby("platform")[BOOT].agg(["mean", "std"])
-            order = [p for p in PLATFORM_ORDER if p in per_platform.index]
+            order = [p for p in plan.kinds.platform_order if p in per_platform.index]
             tcg = boots.groupby("platform").apply(lambda d: bool(emulated(d).any()), include_groups=False)
-            for i, platform in enumerate(order):
-                mean, sd = per_platform.loc[platform, "mean"], np.nan_to_num(per_platform.loc[platform, "std"])
-                right.bar(i, mean, yerr=sd, capsize=3, color=PLATFORM_COLOURS[platform], edgecolor="black",
-                          linewidth=0.4, hatch=EMULATED_HATCH if tcg.get(platform, False) else None)
+            for i, booted in enumerate(order):
+                mean, sd = per_platform.loc[booted, "mean"], np.nan_to_num(per_platform.loc[booted, "std"])
+                right.bar(i, mean, yerr=sd, capsize=3, color=colour(plan, booted), edgecolor="black",
+                          linewidth=0.4, hatch=EMULATED_HATCH if tcg.get(booted, False) else None)
                 right.annotate(f"{mean:.1f} s", (i, mean + sd), textcoords="offset points", xytext=(0, 2),
                                ha="center", fontsize=7)
             right.set_xticks(range(len(order)), order)
@@ -282,17 +287,18 @@ def mvm_figure(summaries: str | Path | Iterable[str | Path], *, host: str | Path
             _emulated_note(right, boots)
             if bool(emulated(boots).any()):
                 right.legend(fontsize=8)
-    fig.suptitle("Fig. 10: MVM against the other platforms")
+    fig.suptitle(f"Fig. 10: {platform} against the other platforms")
     _footer(fig, host)
     fig.tight_layout()
     return fig
 
 
-def edge_figure(summaries: str | Path | Iterable[str | Path], *, gaps: Gaps = None,
-                apps: tuple[str, ...] = ("ic", "sr")) -> plt.Figure:
+def edge_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocument,
+                apps: Iterable[str]) -> plt.Figure:
     """Figure 11: per edge site, each platform's E2E time (vanilla, CPU, the site's largest level)
     normalised per app."""
     apply_style()
+    apps = [a for a in plan.kinds.app_order if a in set(apps)]
     rows = select(edge_sites(load_summaries(summaries)), tool="mlperf", app=apps, processor="CPU", pinning="VNL")
     sites = sorted(rows[SITE].unique()) if not rows.empty else []
     fig, axes = plt.subplots(1, max(1, len(sites)), figsize=(6.4 * max(1, len(sites)), 4.2), squeeze=False)
@@ -301,7 +307,7 @@ def edge_figure(summaries: str | Path | Iterable[str | Path], *, gaps: Gaps = No
     for ax, site in zip(axes[0], sites, strict=False):
         at_site = rows[rows[SITE] == site]
         at_site = at_site[at_site["cores"] == at_site.groupby("app")["cores"].transform("max")]
-        _normalised_bars(ax, at_site, [a for a in apps if a in set(at_site["app"])])
+        _normalised_bars(ax, at_site, present(apps, at_site, "app"), plan)
         levels = ", ".join(str(c) for c in sorted(at_site["cores"].unique()))
         ax.set_title(f"edge host {site}: {levels} cores, vanilla, CPU", fontsize=10)
     fig.suptitle("Fig. 11: execution platforms on the edge")
@@ -309,15 +315,15 @@ def edge_figure(summaries: str | Path | Iterable[str | Path], *, gaps: Gaps = No
     return fig
 
 
-def phases_figure(summaries: str | Path | Iterable[str | Path], *, app: str, host: str | Path | None = None,
-                  gaps: Gaps = None, tool: str = "mlperf") -> plt.Figure:
+def phases_figure(summaries: str | Path | Iterable[str | Path], *, app: str, plan: PlanDocument,
+                  host: str | Path | None = None, tool: str = "mlperf") -> plt.Figure:
     """Stacked bars of phase shares, one per scenario, mean E2E time beside each."""
     apply_style()
-    rows = scenario_order(select(main_site(load_summaries(summaries)), tool=tool, app=app))
+    rows = scenario_order(select(main_site(load_summaries(summaries)), tool=tool, app=app), plan.kinds)
     height = max(2.6, 0.32 * len(rows) + 1.4)
     fig, ax = plt.subplots(figsize=(7.5, height))
     if rows.empty:
-        not_measured(ax, why_missing(gaps, f"no {tool} {app.upper()} runs in the summary", tool=tool, app=app))
+        not_measured(ax, why_missing(plan, f"no {tool} {app.upper()} runs in the summary", tool=tool, app=app))
     else:
         shares = phase_shares(rows)
         labels = [s + (" (TCG)" if t else "") for s, t in zip(rows["scenario"], emulated(rows), strict=True)]

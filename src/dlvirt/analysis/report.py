@@ -16,7 +16,17 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.analysis.catalog import BY_ID, FigureSpec
-from dlvirt.analysis.rows import PHASES, edge_sites, load_summaries, main_site, phase_shares, scenario_order, select
+from dlvirt.analysis.plandoc import PlanDocument
+from dlvirt.analysis.rows import (
+    PHASES,
+    edge_sites,
+    load_summaries,
+    main_site,
+    phase_shares,
+    present,
+    scenario_order,
+    select,
+)
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.plan.leftout import reasons
 
@@ -37,18 +47,18 @@ def _value(row: pd.Series) -> str:
     return f"{row['app'].upper()} {row['scenario']} {row['mean_s']:.3g}{ci} s"
 
 
-def on_this_host(spec: FigureSpec, frame: pd.DataFrame, gaps: list[Any]) -> str:
+def on_this_host(spec: FigureSpec, frame: pd.DataFrame, plan: PlanDocument) -> str:
     """A data-driven sentence about the figure's rows on this host."""
     rows = _rows_for(spec, frame)
     if rows.empty:
-        why = [r for app in spec.apps for r in reasons(gaps, tool=spec.tool, app=app)]
+        why = [r for app in spec.apps for r in reasons(plan.left_out, tool=spec.tool, app=app)]
         site = "on an edge host" if spec.edge else "on this host"
         return f"Not measured {site}: " + ("; ".join(dict.fromkeys(why)) or "no rows in the summary") + "."
     if spec.id.startswith("phases_"):
         shares = phase_shares(rows).mean()
         parts = ", ".join(f"{name} {shares[col]:.0%}" for col, name in PHASES.items() if pd.notna(shares[col]))
         return f"Averaged over its {len(rows)} scenario(s), {spec.apps[0].upper()} spends: {parts}."
-    platforms = [p for p in ("BM", "CN", "VM", "VMCN", "MVM") if p in set(rows["platform"])]
+    platforms = present(plan.kinds.platform_order, rows)
     fastest = rows.loc[rows["mean_s"].idxmin()]
     slowest = rows.loc[rows["mean_s"].idxmax()]
     tcg = int((rows["accel"].astype(str) == "tcg").sum()) if "accel" in rows else 0
@@ -59,7 +69,7 @@ def on_this_host(spec: FigureSpec, frame: pd.DataFrame, gaps: list[Any]) -> str:
     return text
 
 
-def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, gaps: list[Any],
+def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, plan: PlanDocument,
                     claims: pd.DataFrame) -> list[dict[str, Any]]:
     verdicts = dict(zip(claims["id"], claims["verdict"], strict=True)) if not claims.empty else {}
     entries = []
@@ -67,7 +77,7 @@ def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, gaps: list[An
         spec = BY_ID[fig_id]
         entries.append({
             "id": fig_id, "title": spec.title, "src": _png_data_uri(png), "shows": spec.shows, "paper": spec.paper,
-            "host": on_this_host(spec, frame, gaps),
+            "host": on_this_host(spec, frame, plan),
             "claims": [(c, verdicts.get(c, "?")) for c in spec.claims],
             "phases": fig_id.startswith("phases_"),
         })
@@ -85,8 +95,8 @@ def _provenance(frame: pd.DataFrame) -> list[dict[str, str]]:
     return out
 
 
-def _phase_table(frame: pd.DataFrame) -> pd.DataFrame:
-    rows = scenario_order(select(main_site(frame), tool="mlperf")) if not frame.empty else frame
+def _phase_table(frame: pd.DataFrame, plan: PlanDocument) -> pd.DataFrame:
+    rows = scenario_order(select(main_site(frame), tool="mlperf"), plan.kinds) if not frame.empty else frame
     if rows.empty:
         return pd.DataFrame()
     shares = phase_shares(rows).rename(columns={c: f"{n} share" for c, n in PHASES.items()})
@@ -136,16 +146,17 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
     import jinja2
 
     frame = load_summaries([summary])
-    plan_doc = read_json(plan)
+    study = PlanDocument.load(plan)
+    plan_doc = study.document
     claims_table = pd.read_csv(claims)
     facts = read_json(host)
     caps = facts.get("capabilities", {})
     left_out: dict[str, list[str]] = {}
-    for what, why in plan_doc["left_out"]:
+    for what, why in study.left_out:
         left_out.setdefault(why, []).append(what)
     ran = (frame.groupby(["tool", "app"])["scenario"].apply(lambda s: ", ".join(sorted(s))).reset_index()
            if not frame.empty else pd.DataFrame())
-    entries = _figure_entries(figures, frame, plan_doc["left_out"], claims_table)
+    entries = _figure_entries(figures, frame, study, claims_table)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     return env.get_template(TEMPLATE.name).render(
@@ -173,7 +184,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         claims=claims_table.to_dict("records"),
         figures=[e for e in entries if not e["phases"]],
         phase_figures=[e for e in entries if e["phases"]],
-        phase_table=_html_table(_phase_table(frame)),
+        phase_table=_html_table(_phase_table(frame, study)),
         drift_table=_html_table(drift_table(frame)),
         ran=ran.to_dict("records") if not ran.empty else [],
         left_out=sorted(left_out.items()),

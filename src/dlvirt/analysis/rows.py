@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.plan.leftout import LOCAL_SITE
+from dlvirt.core.kinds import Kinds
+from dlvirt.core.scenario import LOCAL_SITE
 
-PLATFORM_ORDER = ["BM", "CN", "VM", "VMCN", "MVM"]
 PHASES = {"pre_s": "pre-processing", "infer_s": "inference", "post_s": "post-processing"}
 SITE = "site"        # which host measured a row: absent or "local" = the main host
 BOOT = "boot_s"      # mean platform boot time of a row, where the platform boots (VM, MVM, VMCN)
@@ -98,15 +98,15 @@ def host_label(host_json: str | Path | None) -> str:
     return f"host: {facts.get('cpu_model', '?')}, {caps.get('cores', '?')} cores"
 
 
-def normalised(rows: pd.DataFrame, by: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Mean and CI divided per ``by`` group by BM's mean (or the group's fastest when BM is absent);
-    also the reference used per group."""
+def normalised(rows: pd.DataFrame, by: str, baseline: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Mean and CI divided per ``by`` group by the ``baseline`` platform's mean (bare metal; the
+    group's fastest when it is absent); also the reference used per group."""
     out = []
     reference = {}
     for key, group in rows.groupby(by, sort=False):
-        bm = group[group["platform"] == "BM"]
+        bm = group[group["platform"] == baseline]
         base = float(bm["mean_s"].iloc[0]) if not bm.empty else float(group["mean_s"].min())
-        reference[str(key)] = "BM" if not bm.empty else "fastest"
+        reference[str(key)] = baseline if not bm.empty else "fastest"
         out.append(group.assign(norm=group["mean_s"] / base, norm_ci=group["ci95_s"] / base))
     return (pd.concat(out) if out else rows.assign(norm=[], norm_ci=[])), reference
 
@@ -118,10 +118,16 @@ def phase_shares(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[list(PHASES)].div(total.where(total > 0), axis=0)
 
 
-def scenario_order(rows: pd.DataFrame) -> pd.DataFrame:
+def present(order: list[str], rows: pd.DataFrame, column: str = "platform") -> list[str]:
+    """The names in ``order`` (platforms or apps, in figure order) that ``rows`` hold."""
+    held = set(rows[column]) if not rows.empty else set()
+    return [name for name in order if name in held]
+
+
+def scenario_order(rows: pd.DataFrame, kinds: Kinds) -> pd.DataFrame:
     if rows.empty:
         return rows
-    rank = {p: i for i, p in enumerate(PLATFORM_ORDER)}
+    rank = {p: i for i, p in enumerate(kinds.platform_order)}
     return rows.assign(_p=rows["platform"].map(rank), _m=rows["pinning"].map({"VNL": 0, "PIN": 1})) \
         .sort_values(["processor", "_p", "_m", "cores"]).drop(columns=["_p", "_m"])
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pandas as pd
 
+from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.core.atomic import read_json, write_text_atomic
-from dlvirt.core.scenario import PLATFORMS
-from dlvirt.plan.leftout import APPS, reasons
+from dlvirt.core.scenario import LOCAL_SITE
+from dlvirt.plan.leftout import reasons
 
 TABLE2_COLUMNS = ["platform", "site", "engine", "hypervisor", "engine_version", "accelerator", "accelerator_note",
                   "guest_kernel", "kernel_inside", "image", "cpu_modes", "cpu_mechanisms", "processors", "cores",
@@ -28,28 +29,30 @@ def _joined(values: Iterable[Any]) -> str:
 
 
 def _site(record: dict[str, Any]) -> str:
-    return str(record.get("site") or record["platform"].get("site") or "local")
+    return str(record.get("site") or LOCAL_SITE)  # the edge runner sets it (dlvirt.run.remote)
 
 
-def app_table(records: list[dict[str, Any]], gaps: list[Any]) -> pd.DataFrame:
-    from dlvirt.apps import app_class, implemented
+def _gpu_support(app: dict[str, Any]) -> str:
+    return "yes" if "GPU" in app["processors"] else f"no: {app['why_no_gpu']}"
 
+
+def app_table(records: list[dict[str, Any]], plan: PlanDocument) -> pd.DataFrame:
+    """One row per registered app (its declared facts from plan.json), filled from its run records."""
     rows = []
-    for app in APPS:
+    for kind in plan.kinds.apps:
+        app = kind["name"]
         mine = [r for r in records if r["app"] == app]
-        cls = app_class(app) if app in implemented() else None
-        gpu = "-" if cls is None else ("yes" if "GPU" in cls.processors else f"no: {cls.why_no_gpu}")
         if not mine:
-            rows.append({"app": app.upper(), "application": cls.title if cls else "-",
-                         "model": cls.model_name if cls else "-", "framework": cls.framework if cls else "-",
-                         "dataset": cls.dataset_name if cls else "-", "dataset_source": "-", "weights": "-",
-                         "requests_per_workload": "-", "batch_size": "-", "gpu_support": gpu, "gpu_measured": "no",
-                         "tools": "-", "jobs": 0,
-                         "note": "no runs: " + ("; ".join(reasons(gaps, tool="mlperf", app=app)) or "none planned")})
+            rows.append({"app": app.upper(), "application": kind["title"], "model": kind["model"],
+                         "framework": kind["framework"], "dataset": kind["dataset"], "dataset_source": "-",
+                         "weights": "-", "requests_per_workload": "-", "batch_size": "-",
+                         "gpu_support": _gpu_support(kind), "gpu_measured": "no", "tools": "-", "jobs": 0,
+                         "note": "no runs: " + ("; ".join(reasons(plan.left_out, tool="mlperf", app=app))
+                                                or "none planned")})
             continue
         rows.append({
             "app": app.upper(),
-            "application": cls.title if cls else "-",
+            "application": kind["title"],
             "model": _joined(r["model"].get("model") for r in mine),
             "framework": _joined(r["model"].get("framework") for r in mine),
             "dataset": _joined(r["dataset"].get("dataset") for r in mine),
@@ -57,7 +60,7 @@ def app_table(records: list[dict[str, Any]], gaps: list[Any]) -> pd.DataFrame:
             "weights": _joined(r["model"].get("weights") for r in mine),
             "requests_per_workload": _joined(run["samples"] for r in mine for run in r["runs"]),
             "batch_size": _joined(r["spec"].get("batch_size") for r in mine),
-            "gpu_support": gpu,
+            "gpu_support": _gpu_support(kind),
             "gpu_measured": "yes" if any(r["scenario"]["processor"] == "GPU" for r in mine) else "no",
             "tools": _joined(r["tool"] for r in mine),
             "jobs": len(mine),
@@ -78,12 +81,12 @@ def _engine_version(described: list[dict[str, Any]], host: dict[str, Any]) -> st
     return "; ".join(found) if found else "-"
 
 
-def platform_table(records: list[dict[str, Any]], host: dict[str, Any]) -> pd.DataFrame:
+def platform_table(records: list[dict[str, Any]], host: dict[str, Any], plan: PlanDocument) -> pd.DataFrame:
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for record in records:
         key = (_site(record), record["scenario"]["platform"], str(record["platform"].get("accel", "none")))
         groups.setdefault(key, []).append(record)
-    rank = {p: i for i, p in enumerate(PLATFORMS)}
+    rank = {p: i for i, p in enumerate(plan.kinds.platform_order)}
     rows = []
     for (site, platform, accel), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank[kv[0][1]], kv[0][2])):
         described = [r["platform"] for r in mine]
@@ -112,5 +115,6 @@ def platform_table(records: list[dict[str, Any]], host: dict[str, Any]) -> pd.Da
 
 def write_tables(runs: list[Path], host: Path, plan: Path, table1: Path, table2: Path) -> None:
     records = [read_json(p) for p in runs]
-    write_text_atomic(table1, app_table(records, read_json(plan)["left_out"]).to_csv(index=False))
-    write_text_atomic(table2, platform_table(records, read_json(host)).to_csv(index=False))
+    study = PlanDocument.load(plan)
+    write_text_atomic(table1, app_table(records, study).to_csv(index=False))
+    write_text_atomic(table2, platform_table(records, read_json(host), study).to_csv(index=False))

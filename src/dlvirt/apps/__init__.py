@@ -1,21 +1,28 @@
-"""App registry: one module per DL application, looked up by its short name (ic, sr, nlp, rs)."""
+"""App registry: one module per DL application, each declaring its ``AppKind`` on its class.
+
+Adding an app = its module, its entry in ``CLASSES``, its tests and its section of the config schema;
+wildcards, the plan, tables and figures derive from the declarations. Importing the modules imports
+no DL framework (TensorFlow, PyTorch): they import it where a model is built.
+"""
 
 from __future__ import annotations
 
 from dlvirt.apps.base import App
-from dlvirt.core.registry import load_class
+from dlvirt.apps.ic import ImageClassification
+from dlvirt.apps.nlp import QuestionAnswering
+from dlvirt.apps.rs import Recommendation
+from dlvirt.apps.sr import SpeechRecognition
+from dlvirt.core.errors import ConfigError
+from dlvirt.core.kinds import AppKind
 
-_REGISTRY = {
-    "ic": "dlvirt.apps.ic:ImageClassification",
-    "nlp": "dlvirt.apps.nlp:QuestionAnswering",
-    "rs": "dlvirt.apps.rs:Recommendation",
-    "sr": "dlvirt.apps.sr:SpeechRecognition",
+CLASSES: dict[str, type[App]] = {
+    cls.kind.name: cls for cls in sorted((ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation),
+                                         key=lambda c: c.kind.order)
 }
+KINDS: dict[str, AppKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 
 def app_class(name: str) -> type[App]:
-    return load_class(_REGISTRY, "app", name)  # type: ignore[no-any-return]
-
-
-def implemented() -> list[str]:
-    return sorted(_REGISTRY)
+    if name not in CLASSES:
+        raise ConfigError(f"app {name!r} is not implemented (known: {', '.join(sorted(CLASSES))})")
+    return CLASSES[name]

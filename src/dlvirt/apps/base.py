@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.kinds import AppKind
 from dlvirt.core.scenario import Scenario
 
 DATASET_INFO = "dataset.json"
@@ -63,15 +64,16 @@ def checked_weights(settings: dict[str, Any], section: str = "weights") -> Path 
 
 
 class App(ABC):
-    name: ClassVar[str]
-    title: ClassVar[str]
-    model_name: ClassVar[str]
-    framework: str  # a class default; an app whose framework is configurable (IC) sets its own
-    dataset_name: ClassVar[str]
+    kind: ClassVar[AppKind]  # what the rest of dlvirt knows about it (each app module declares it)
+    name: ClassVar[str]      # kind.name
+    framework: str  # kind.framework; an app whose framework is configurable (IC) sets its own
     dataset_index: ClassVar[str]  # the file a real dataset folder holds (apps.<app>.dataset.path)
     dataset_may_be_file: ClassVar[bool] = False  # dataset.path may also name that file itself
-    processors: ClassVar[tuple[str, ...]] = ("CPU", "GPU")
-    why_no_gpu: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            cls.name, cls.framework = cls.kind.name, cls.kind.framework
 
     def __init__(self, settings: dict[str, Any], dataset_dir: Path, processor: str, threads: ThreadPlan) -> None:
         self.settings = settings
@@ -84,8 +86,8 @@ class App(ABC):
     # -- matrix ---------------------------------------------------------------------------------
     @classmethod
     def unsupported_reason(cls, scenario: Scenario, tool: str) -> str | None:
-        if scenario.processor not in cls.processors:
-            return f"{cls.name.upper()} does not run on {scenario.processor} ({cls.why_no_gpu})"
+        if scenario.processor not in cls.kind.processors:
+            return f"{cls.kind.label} does not run on {scenario.processor} ({cls.kind.why_no_gpu})"
         return None
 
     # -- dataset --------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ class App(ABC):
         else:
             info = {"source": "synthetic", "root": None, "seed": dataset["seed"],
                     **cls.generate_dataset(out_dir, settings)}
-        info.update({"app": cls.name, "dataset": cls.dataset_name})
+        info.update({"app": cls.name, "dataset": cls.kind.dataset})
         write_json_atomic(out_dir / DATASET_INFO, info)
 
     @classmethod
@@ -178,9 +180,9 @@ class App(ABC):
 
     def model_provenance(self) -> dict[str, Any]:
         if self.weights_path is None:
-            return {"model": self.model_name, "framework": self.framework, "weights": "random",
+            return {"model": self.kind.model, "framework": self.framework, "weights": "random",
                     "seed": self.settings.get("seed", 0)}
-        return {"model": self.model_name, "framework": self.framework, "weights": "loaded",
+        return {"model": self.kind.model, "framework": self.framework, "weights": "loaded",
                 "path": str(self.weights_path), "sha256": self.settings["weights"].get("sha256")}
 
     def gpu_state(self) -> dict[str, Any]:

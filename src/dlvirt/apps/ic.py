@@ -17,6 +17,8 @@ import numpy as np
 
 from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import App, AppError, ThreadPlan, checked_weights
+from dlvirt.core.kinds import AppKind
+from dlvirt.system.hostinfo import package_versions
 
 IMAGE_SIZE = 224
 RESIZE_SHORT = 256  # MLPerf: 224 / 87.5 %
@@ -143,7 +145,7 @@ class TorchResNet50:
         return torch_runtime.gpu_state(self.model)
 
     def versions(self) -> dict[str, str]:
-        return torch_runtime.versions()
+        return package_versions(("torch",))
 
 
 BACKENDS: dict[str, type[KerasResNet50 | TorchResNet50]] = {
@@ -151,11 +153,8 @@ BACKENDS: dict[str, type[KerasResNet50 | TorchResNet50]] = {
 
 
 class ImageClassification(App):
-    name = "ic"
-    title = "Image classification"
-    model_name = "ResNet50"
-    framework = "tensorflow"
-    dataset_name = "ImageNet 2012 validation"
+    kind = AppKind(name="ic", title="Image classification", model="ResNet50", framework="tensorflow",
+                   dataset="ImageNet 2012 validation", order=0, dlbs_model="resnet50")
     dataset_index = VAL_MAP
 
     @classmethod

@@ -24,6 +24,8 @@ import numpy as np
 from dlvirt.apps import squad, torch_runtime
 from dlvirt.apps.base import DATASET_INFO, App, AppError, checked_weights, sha256_file
 from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
+from dlvirt.core.kinds import AppKind
+from dlvirt.system.hostinfo import package_versions
 
 # BertConfig sizes of the published BERT models (Devlin et al.; Turc et al. for mini/tiny).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -87,11 +89,8 @@ def squad_file(root: Path) -> Path:
 
 
 class QuestionAnswering(App):
-    name = "nlp"
-    title = "Question answering"
-    model_name = "BERT-large"
-    framework = "pytorch"
-    dataset_name = "SQuAD v1.1 dev"
+    kind = AppKind(name="nlp", title="Question answering", model="BERT-large", framework="pytorch",
+                   dataset="SQuAD v1.1 dev", order=2)
     dataset_index = squad.SQUAD_DEV_FILE
     dataset_may_be_file = True
 
@@ -268,4 +267,4 @@ class QuestionAnswering(App):
         return torch_runtime.gpu_state(self.model)
 
     def framework_versions(self) -> dict[str, str]:
-        return torch_runtime.versions("transformers", "tokenizers")
+        return package_versions(("torch", "transformers", "tokenizers"))

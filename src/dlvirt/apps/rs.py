@@ -25,6 +25,8 @@ import numpy as np
 
 from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import App, AppError, checked_weights
+from dlvirt.core.kinds import AppKind
+from dlvirt.system.hostinfo import package_versions
 
 DENSE = 13
 SPARSE = 26
@@ -222,11 +224,8 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
 
 
 class Recommendation(App):
-    name = "rs"
-    title = "Recommendation"
-    model_name = "DLRM"
-    framework = "pytorch"
-    dataset_name = "Criteo Kaggle Display Advertising Challenge"
+    kind = AppKind(name="rs", title="Recommendation", model="DLRM", framework="pytorch",
+                   dataset="Criteo Kaggle Display Advertising Challenge", order=3)
     dataset_index = DATA_FILE
     dataset_may_be_file = True
 
@@ -358,4 +357,4 @@ class Recommendation(App):
         return torch_runtime.gpu_state(self.model)
 
     def framework_versions(self) -> dict[str, str]:
-        return torch_runtime.versions()
+        return package_versions(("torch",))

@@ -6,7 +6,6 @@ session builds several apps), asking for another size is an error rather than a 
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +57,3 @@ def gpu_state(model: Any) -> dict[str, Any]:
             "framework_peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
             "cuda": torch.version.cuda,
             "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None}
-
-
-def versions(*extra: str) -> dict[str, str]:
-    found = {}
-    for name in ("torch", *extra):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return found

@@ -1,17 +1,17 @@
-"""A scenario in the paper's vocabulary: platform / cores / pinning / processor (``VM/32/PIN/GPU``)."""
+"""A scenario in the paper's vocabulary: platform / cores / pinning / processor (``VM/32/PIN/GPU``).
+
+Which platforms exist, and what each can never do, their modules declare (``dlvirt.platforms``);
+the planner checks a config's scenarios against them."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PLATFORMS = ("BM", "CN", "VM", "MVM", "VMCN")
 PINNINGS = ("VNL", "PIN")
 PROCESSORS = ("CPU", "GPU")
-
-# What a platform can never do, whatever the host (paper §III: MVM is evaluated VNL/CPU only).
-CANNOT_PIN = {"MVM": "Firecracker (and QEMU's microvm machine) offer no vCPU pinning"}
-CANNOT_USE_GPU = {"MVM": "Firecracker (and QEMU's microvm machine) have no PCI passthrough"}
+# Where a job runs: the host Snakemake runs on (or its cluster), else an edge host named under hosts:.
+LOCAL_SITE = "local"
 
 
 @dataclass(frozen=True, order=True)
@@ -22,8 +22,6 @@ class Scenario:
     processor: str
 
     def __post_init__(self) -> None:
-        if self.platform not in PLATFORMS:
-            raise ValueError(f"unknown platform {self.platform!r} (one of {', '.join(PLATFORMS)})")
         if self.pinning not in PINNINGS:
             raise ValueError(f"unknown pinning {self.pinning!r} (VNL or PIN)")
         if self.processor not in PROCESSORS:

@@ -4,23 +4,19 @@ The plan's left-out entries are ``(what, why)`` pairs as ``dlvirt.plan.planner``
 one of
 - a scenario name, ``VM/2/VNL/CPU``: the host cannot run that scenario;
 - ``<tool> <app> <scenario>``: the app cannot run in that scenario;
-Apps, tools and platforms the config does not ask for are not in the plan at all; ``study_gaps``
-adds them (``platform X (every scenario)``, ``processor X (every scenario)`` too) so that a figure
-can say why its rows are missing. Kept free of heavy imports: the Snakefile uses it.
+Apps, tools and platforms the config does not ask for are not in the plan at all;
+``dlvirt.plan.planner.study_gaps`` adds them (``platform X (every scenario)``, ``processor X (every
+scenario)`` too) so that a figure can say why its rows are missing. Free of the registries: analysis
+reads the entries from plan.json and never imports a platform.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from dlvirt.core.scenario import PLATFORMS, PROCESSORS, Scenario
-from dlvirt.plan.planner import LOCAL_SITE  # noqa: F401 - the analysis side reads it from here
+from dlvirt.core.scenario import Scenario
 
-APPS = ("ic", "sr", "nlp", "rs")
-TOOLS = ("mlperf", "dlbs")
 EVERY_SCENARIO = "(every scenario)"
 
 
@@ -67,26 +63,6 @@ class Gap:
                 and (cores is None or s.cores == cores))
 
 
-def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
-               tools: tuple[str, ...] = TOOLS, apps: tuple[str, ...] = APPS) -> list[tuple[str, str]]:
-    """The left-out entries that concern ``tools`` × ``apps``, plus those the config does not ask for."""
-    gaps = [(f"tool {tool} {EVERY_SCENARIO}", "not in study.tools of this config")
-            for tool in tools if tool not in study["tools"]]
-    gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
-             for app in apps if app not in study["apps"]]
-    processors = {processor for block in study["matrix"] for processor in block["processors"]}
-    gaps += [(f"processor {processor} {EVERY_SCENARIO}", "not in study.matrix of this config")
-             for processor in PROCESSORS if processor not in processors]
-    platforms = {platform for block in study["matrix"] for platform in block["platforms"]}
-    gaps += [(f"platform {platform} {EVERY_SCENARIO}", "not in study.matrix of this config")
-             for platform in PLATFORMS if platform not in platforms]
-    for what, why in left_out:
-        gap = Gap.parse(what, why)
-        if (gap.tool is None or gap.tool in tools) and (gap.app is None or gap.app in apps):
-            gaps.append((what, why))
-    return gaps
-
-
 def reasons(gaps: list[tuple[str, str]] | list[list[str]], *, detail: bool = False, **where: Any) -> list[str]:
     """Distinct reasons (in plan order) why rows matching ``where`` (see ``Gap.concerns``) are
     missing, each naming what it concerns. A whole tool or app left out hides the scenario lines,
@@ -112,26 +88,3 @@ def _named(gap: Gap) -> str:
 def _examples(whats: list[str], shown: int = 2) -> str:
     head = ", ".join(whats[:shown])
     return head if len(whats) <= shown else f"{head} and {len(whats) - shown} more"
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """A short, stable fingerprint of a (validated) config, for provenance."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def plan_document(config: dict[str, Any], jobs: list[dict[str, Any]], left_out: list[tuple[str, str]],
-                  host_cores: int | None) -> dict[str, Any]:
-    """``results/plan.json``: the matrix that ran, and what was left out and why."""
-    return {
-        "study": config["study"]["name"],
-        "config_sha256": config_hash(config),
-        "host_check": config["host_check"],
-        "host_cores": host_cores,
-        "repetitions": config["study"]["repetitions"],
-        "warmup_repetitions": config["study"]["warmup_repetitions"],
-        # jobs in their planned order: round r (replicate r) of every scenario before round r + 1
-        "replicates": config["study"].get("replicates", 1),
-        "order_seed": config["study"].get("order_seed", 0),
-        "jobs": jobs,
-        "left_out": [list(gap) for gap in study_gaps(left_out, config["study"])],
-    }

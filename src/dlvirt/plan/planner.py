@@ -10,20 +10,21 @@ Two kinds of problems are told apart:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dlvirt.apps import KINDS as APP_KINDS
+from dlvirt.apps import app_class
 from dlvirt.core.errors import ConfigError
-from dlvirt.core.scenario import CANNOT_PIN, CANNOT_USE_GPU, Scenario
+from dlvirt.core.kinds import Kinds
+from dlvirt.core.scenario import LOCAL_SITE, PROCESSORS, Scenario
+from dlvirt.plan.leftout import EVERY_SCENARIO, Gap
+from dlvirt.platforms import KINDS as PLATFORM_KINDS
+from dlvirt.platforms import platform_class
 from dlvirt.system.hostinfo import Capabilities
-
-# Where a job runs: the host Snakemake runs on (or its cluster), else an edge host named under hosts:.
-LOCAL_SITE = "local"
-# Platforms an edge host runs. The remote runs the same runner, so any platform would run there on
-# the host's own engines; but CN images and VM guest images are built by rules on the main host and
-# not staged to edge hosts yet.
-EDGE_PLATFORMS = ("BM",)
 
 # Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
 TOOLS = ("mlperf", "dlbs")
@@ -56,9 +57,6 @@ class Plan:
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
     order_seed: int = 0
 
-    def scenarios(self) -> list[Scenario]:
-        return sorted({job.scenario for job in self.jobs})
-
     def round(self, replicate: int) -> list[Job]:
         return [job for job in self.jobs if job.replicate == replicate]
 
@@ -88,22 +86,20 @@ def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) 
 
 def _check_block(block: dict[str, Any], where: str) -> None:
     for platform in block["platforms"]:
-        if platform in CANNOT_PIN and "PIN" in block["pinning"]:
+        kind = platform_class(platform).kind
+        if kind.why_no_pin and "PIN" in block["pinning"]:
             raise ConfigError(
-                f"{where}.pinning: {platform} cannot be pinned ({CANNOT_PIN[platform]}); "
+                f"{where}.pinning: {platform} cannot be pinned ({kind.why_no_pin}); "
                 f"give {platform} its own matrix block with pinning: [VNL]")
-        if platform in CANNOT_USE_GPU and "GPU" in block["processors"]:
+        if kind.why_no_gpu and "GPU" in block["processors"]:
             raise ConfigError(
-                f"{where}.processors: {platform} cannot use a GPU ({CANNOT_USE_GPU[platform]}); "
+                f"{where}.processors: {platform} cannot use a GPU ({kind.why_no_gpu}); "
                 f"give {platform} its own matrix block with processors: [CPU]")
 
 
 def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_SITE) -> Plan:
     """All jobs of the study on ``site``: the local host runs ``study.matrix``, an edge host its own
     ``hosts.<site>.matrix``. ``caps`` (the site's) None means no host check: take the matrix as declared."""
-    from dlvirt.apps import app_class
-    from dlvirt.platforms import platform_class
-
     study = config["study"]
     plan = Plan()
     apps, tools = study["apps"], study["tools"]
@@ -111,9 +107,6 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
         app_class(app)  # an app the schema knows but this version lacks is a ConfigError naming it
         if app not in config["apps"]:
             raise ConfigError(f"study.apps: no settings for app {app!r} under apps:")
-    for tool in tools:
-        if tool not in TOOLS:
-            raise ConfigError(f"study.tools: unknown tool {tool!r} (known: {', '.join(TOOLS)})")
     if site == LOCAL_SITE:
         # the edge hosts' blocks too: what needs no host facts is refused before any SSH connection
         for name, host in config.get("hosts", {}).items():
@@ -138,7 +131,10 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                             continue
                         seen.add(scenario)
                         why = None
-                        if site != LOCAL_SITE and platform not in EDGE_PLATFORMS:
+                        # The remote runs the same runner, so any platform would run there on the
+                        # host's own engines; but CN and guest images are built by rules on the main
+                        # host and not staged to edge hosts yet.
+                        if site != LOCAL_SITE and not platform_class(platform).kind.runs_on_edge:
                             why = f"platform {platform} does not run on edge hosts yet (its image is built here)"
                         elif caps is not None:
                             why = platform_class(platform).unavailable_reason(scenario, caps, config)
@@ -159,3 +155,52 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
         where = "this host" if site == LOCAL_SITE else f"host {site}"
         raise ConfigError(f"strict: true and {len(plan.left_out)} scenario(s) cannot run on {where}:\n{lines}")
     return plan
+
+
+def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
+               tools: tuple[str, ...] = TOOLS, apps: tuple[str, ...] = tuple(APP_KINDS)) -> list[tuple[str, str]]:
+    """The left-out entries that concern ``tools`` × ``apps``, plus those the config does not ask for."""
+    gaps = [(f"tool {tool} {EVERY_SCENARIO}", "not in study.tools of this config")
+            for tool in tools if tool not in study["tools"]]
+    gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
+             for app in apps if app not in study["apps"]]
+    processors = {processor for block in study["matrix"] for processor in block["processors"]}
+    gaps += [(f"processor {processor} {EVERY_SCENARIO}", "not in study.matrix of this config")
+             for processor in PROCESSORS if processor not in processors]
+    platforms = {platform for block in study["matrix"] for platform in block["platforms"]}
+    gaps += [(f"platform {platform} {EVERY_SCENARIO}", "not in study.matrix of this config")
+             for platform in PLATFORM_KINDS if platform not in platforms]
+    for what, why in left_out:
+        gap = Gap.parse(what, why)
+        if (gap.tool is None or gap.tool in tools) and (gap.app is None or gap.app in apps):
+            gaps.append((what, why))
+    return gaps
+
+
+def kinds() -> Kinds:
+    """The registered platforms' and apps' display facts, for analysis (which never imports them)."""
+    return Kinds(tuple(k.display() for k in PLATFORM_KINDS.values()), tuple(k.display() for k in APP_KINDS.values()))
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A short, stable fingerprint of a (validated) config, for provenance."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) -> dict[str, Any]:
+    """``results/plan.json``: the matrix that runs, what was left out and why, and the display facts
+    of the platforms and apps (``kinds``) that analysis reads."""
+    return {
+        "study": config["study"]["name"],
+        "config_sha256": config_hash(config),
+        "host_check": config["host_check"],
+        "host_cores": host_cores,
+        "repetitions": config["study"]["repetitions"],
+        "warmup_repetitions": config["study"]["warmup_repetitions"],
+        # jobs in their planned order: round r (replicate r) of every scenario before round r + 1
+        "replicates": config["study"].get("replicates", 1),
+        "order_seed": config["study"].get("order_seed", 0),
+        "jobs": [{**job.wildcards, "scenario": job.scenario.name, "order": i} for i, job in enumerate(plan.jobs)],
+        "left_out": [list(gap) for gap in study_gaps(plan.left_out, config["study"])],
+        "kinds": kinds().document(),
+    }

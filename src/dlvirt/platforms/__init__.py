@@ -1,19 +1,35 @@
-"""Platform registry: one module per platform, looked up by the paper's short name."""
+"""Platform registry: one module per platform, each declaring its ``PlatformKind`` on its class.
+
+Adding a platform = its module, its entry in ``CLASSES``, its tests and its section of the config
+schema; everything else (scenario checks, wildcards, image inputs, figure order and colour, cleanup)
+derives from the declarations. Importing the modules imports no engine SDK (libvirt, docker): they
+import those where a platform runs.
+"""
 
 from __future__ import annotations
 
-from dlvirt.core.registry import load_class
+from dlvirt.core.errors import ConfigError
+from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.platforms.base import Platform
+from dlvirt.platforms.bm import BareMetal
+from dlvirt.platforms.cn import Container
+from dlvirt.platforms.mvm import MicroVM
+from dlvirt.platforms.vm import VirtualMachine
+from dlvirt.platforms.vmcn import ContainerInVM
 
-# name -> "module:Class"; modules are imported on first use so building the DAG stays fast.
-_REGISTRY = {
-    "BM": "dlvirt.platforms.bm:BareMetal",
-    "CN": "dlvirt.platforms.cn:Container",
-    "VM": "dlvirt.platforms.vm:VirtualMachine",
-    "MVM": "dlvirt.platforms.mvm:MicroVM",
-    "VMCN": "dlvirt.platforms.vmcn:ContainerInVM",
+CLASSES: dict[str, type[Platform]] = {
+    cls.kind.name: cls for cls in sorted((BareMetal, Container, VirtualMachine, ContainerInVM, MicroVM),
+                                         key=lambda c: c.kind.order)
 }
+KINDS: dict[str, PlatformKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 
 def platform_class(name: str) -> type[Platform]:
-    return load_class(_REGISTRY, "platform", name)  # type: ignore[no-any-return]
+    if name not in CLASSES:
+        raise ConfigError(f"platform {name!r} is not implemented (known: {', '.join(sorted(CLASSES))})")
+    return CLASSES[name]
+
+
+def container_platform() -> str:
+    """The platform whose config section selects the Docker engine and the container image (CN)."""
+    return next(kind.name for kind in KINDS.values() if kind.image == CONTAINER_IMAGE)

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
+from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.system import gpu, topology
@@ -126,7 +127,13 @@ def job_input_paths(job: HarnessJob) -> list[Path]:
 
 
 class Platform(ABC):
-    name: ClassVar[str]
+    kind: ClassVar[PlatformKind]  # what the rest of dlvirt knows about it (each platform module declares it)
+    name: ClassVar[str]           # kind.name
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            cls.name = cls.kind.name
 
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
         self.scenario = scenario
@@ -144,8 +151,8 @@ class Platform(ABC):
         return None
 
     @classmethod
-    def daemons(cls, settings: dict[str, Any]) -> list[Daemon]:
-        """Engines this platform needs running on this host (``settings``: its platforms.<name>
+    def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:
+        """Engines this platform needs running on this host (``platforms``: the config's platforms
         section); the workflow starts them at its start when none answers (``dlvirt.system.engines``)."""
         return []
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms.base import Expected, Platform, PlatformError
@@ -45,7 +46,8 @@ def run_harness_process(cmd: list[str], env: dict[str, str], timeout_s: float,
 
 
 class BareMetal(Platform):
-    name = "BM"
+    kind = PlatformKind(name="BM", title="bare metal: a cgroup on the host", order=0, colour=0,
+                        virtualised=False, runs_on_edge=True)
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:

@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import DockerException, ImageNotFound
 from docker.types import DeviceRequest, Mount
 from requests.exceptions import RequestException
 
+from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import container_image
@@ -59,7 +60,8 @@ def online_cpus() -> tuple[int, ...]:
 
 
 class Container(Platform):
-    name = "CN"
+    kind = PlatformKind(name="CN", title="container on the host's Docker engine", order=1, colour=1,
+                        virtualised=True, image=CONTAINER_IMAGE)
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
@@ -67,7 +69,7 @@ class Container(Platform):
         if why is not None:
             return why
         settings = config.get("platforms", {}).get(cls.name, {})
-        why = docker_engine.why_no_engine(settings)
+        why = docker_engine.why_no_engine(settings, container_image.SETTINGS)
         if why is not None:
             return why
         if not settings.get("image") and shutil.which("debootstrap", path="/usr/sbin:/sbin:/usr/bin") is None:
@@ -77,8 +79,8 @@ class Container(Platform):
         return None
 
     @classmethod
-    def daemons(cls, settings: dict[str, Any]) -> list[Daemon]:
-        daemon = docker_engine.own_daemon(settings)
+    def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:
+        daemon = docker_engine.own_daemon(platforms.get(cls.name, {}), container_image.SETTINGS)
         return [] if daemon is None else [daemon]
 
     @property
@@ -89,11 +91,12 @@ class Container(Platform):
         return str(image)
 
     def provision(self) -> None:
+
         self.container: Any = None
         self.launched_unix: float | None = None
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            self.client = docker_engine.connect(self.config)
+            self.client = docker_engine.connect(self.config, container_image.SETTINGS)
         except EngineError as exc:
             raise PlatformError(str(exc)) from None
         try:
@@ -120,6 +123,7 @@ class Container(Platform):
         self.memory = memory_bytes(self.config.get("memory", "8g"))
 
     def _host_config(self, job_path: Path, out_dir: Path, job: HarnessJob) -> dict[str, Any]:
+
         mounts = [Mount(str(p), str(p), type="bind", read_only=True) for p in job_input_paths(job)]
         mounts += [Mount(JOB_PATH, str(job_path), type="bind", read_only=True),
                    Mount(OUT_DIR, str(out_dir), type="bind", read_only=False)]
@@ -136,6 +140,7 @@ class Container(Platform):
                 "mem_limit": self.memory, "cgroupns": "host"}
 
     def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
+
         job_path = self.workdir.resolve() / "job.json"  # bind mounts need absolute paths
         out_dir = self.workdir.resolve() / "out"
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +179,7 @@ class Container(Platform):
 
     def _copy_logs(self) -> None:
         """The container's output into this job's log as it comes."""
+
         with contextlib.suppress(DockerException, RequestException):
             for chunk in self.container.logs(stream=True, follow=True):
                 sys.stdout.buffer.write(chunk)
@@ -192,6 +198,8 @@ class Container(Platform):
     def teardown(self) -> None:
         container = getattr(self, "container", None)
         if container is not None:
+            from docker.errors import NotFound
+
             with contextlib.suppress(NotFound):
                 container.remove(force=True)
             self.container = None

@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from docker.errors import ImageNotFound
-
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.system import docker_engine
 from dlvirt.system.engines import EngineError, locked
@@ -41,6 +39,8 @@ DOCKERFILE = "envs/cn.Dockerfile"
 LOCKS = {"cpu": "envs/requirements.txt", "gpu": "envs/requirements-gpu.txt"}
 # The label carrying the image's own tag (the harness reads the same tag from inside the image).
 TAG_LABEL = "dlvirt.image"
+# The config section that selects the Docker engine and names the image (the CN platform's).
+SETTINGS = "platforms.CN"
 IMAGE_REPO = "dlvirt-cn"
 BASE_REPO = "dlvirt-base"
 # The base recipe. bookworm's Python is 3.11, the version the host's lock is resolved for.
@@ -113,6 +113,8 @@ def _run(cmd: list[str], **kwargs: Any) -> None:
 
 def build_base(client: Any, settings: dict[str, Any], workdir: Path) -> str:
     """Import the debootstrapped base image unless the engine has it already."""
+    from docker.errors import ImageNotFound  # the SDK only where images are built: planning never imports it
+
     tag = base_tag()
     try:
         client.images.get(tag)
@@ -230,8 +232,10 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
 
     ``platforms.CN.image`` set: that image (pulled when absent). Else dlvirt's own, built only
     when the engine lacks its content tag."""
+    from docker.errors import ImageNotFound
+
     started = time.monotonic()
-    client = docker_engine.connect(settings)
+    client = docker_engine.connect(settings, SETTINGS)
     try:
         wanted = settings.get("image")
         built = False

@@ -183,7 +183,6 @@ class GuestPlatform(Platform):
     Subclasses start and stop the VMM (libvirt, QEMU microvm, Firecracker); this class makes the
     disks, watches the console, enforces the timeouts and reads the results back."""
 
-    image_variant: ClassVar[str] = "full"
     guest_python: ClassVar[str] = f"{guestimage.GUEST_VENV}/bin/python"
 
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
@@ -195,7 +194,7 @@ class GuestPlatform(Platform):
 
     def variant(self) -> str:
         """The guest image variant this scenario boots."""
-        return self.image_variant
+        return str(self.kind.guest_variant)
 
     # -- planning -----------------------------------------------------------------------------
     @classmethod

@@ -212,10 +212,11 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
     TCG) at boot, and the guest runs the very image CN runs."""
     import docker
 
+    from dlvirt.platforms import container_image
     from dlvirt.system import docker_engine, engines
 
     tar = work / "cn-image.tar"
-    client = docker_engine.connect(engine_settings)
+    client = docker_engine.connect(engine_settings, container_image.SETTINGS)
     try:
         with open(tar, "wb") as handle:
             for chunk in client.images.get(tag).save(named=True):

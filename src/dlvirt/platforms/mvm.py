@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core.kinds import PlatformKind
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPlatform, kernel_cmdline
 
@@ -61,7 +62,11 @@ def firecracker_config(*, vcpus: int, memory_mib: int, kernel: Path, initrd: Pat
 
 
 class MicroVM(GuestPlatform):
-    name = "MVM"
+    kind = PlatformKind(name="MVM", title="micro-VM: Firecracker or QEMU's microvm machine", order=4, colour=4,
+                        virtualised=True, image="full",
+                        # paper §III: MVM is evaluated VNL/CPU only
+                        why_no_pin="Firecracker (and QEMU's microvm machine) offer no vCPU pinning",
+                        why_no_gpu="Firecracker (and QEMU's microvm machine) have no PCI passthrough")
 
     def provision(self) -> None:
         super().provision()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms.base import Expected, PlatformError
 from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
@@ -191,7 +192,8 @@ def passthrough_unavailable(settings: dict[str, Any], section: str) -> str | Non
 
 
 class VirtualMachine(GuestPlatform):
-    name = "VM"
+    kind = PlatformKind(name="VM", title="virtual machine: QEMU through libvirt", order=2, colour=2,
+                        virtualised=True, image="full", gpu_image="gpu")
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
@@ -205,10 +207,10 @@ class VirtualMachine(GuestPlatform):
 
     def variant(self) -> str:
         # a passed-through GPU needs the NVIDIA driver in the guest: the gpu image has it
-        return "gpu" if self.scenario.processor == "GPU" else self.image_variant
+        return str(self.kind.gpu_image if self.scenario.processor == "GPU" else self.kind.guest_variant)
 
     @classmethod
-    def daemons(cls, settings: dict[str, Any]) -> list[engines.Daemon]:
+    def daemons(cls, platforms: dict[str, Any]) -> list[engines.Daemon]:
         """virtlogd (QEMU's log handler) then libvirtd, in the foreground under dlvirt's control."""
         return [
             engines.Daemon(name="virtlogd", command=("virtlogd",), probe=virtlogd_answers, ready_timeout_s=30.0),
@@ -223,7 +225,7 @@ class VirtualMachine(GuestPlatform):
             self.gpu_pci = parse_pci_address(str(self.config.get("gpu_pci_address") or ""),
                                              f"platforms.{self.name}.gpu_pci_address")
         self.leases: list[str] = []
-        for daemon in self.daemons(self.config):
+        for daemon in VirtualMachine.daemons({}):
             # a lease this process holds already (a test session's) is its holder's to release
             held = (daemon.run_dir / engines.LEASES / str(os.getpid())).exists()
             if engines.acquire(daemon, os.getpid()) is not None and not held:

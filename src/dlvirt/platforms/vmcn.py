@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms.base import Expected, PlatformError, mismatches
@@ -32,8 +33,8 @@ DOCKERD_READY_S = 600  # dockerd's first start under TCG takes a while
 
 
 class ContainerInVM(VirtualMachine):
-    name = "VMCN"
-    image_variant = "docker"
+    kind = PlatformKind(name="VMCN", title="container in a VM: Docker inside the VM platform's guest", order=3,
+                        colour=3, virtualised=True, image="docker")
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
@@ -47,10 +48,11 @@ class ContainerInVM(VirtualMachine):
         return why or Container.unavailable_reason(scenario, caps, config)
 
     @classmethod
-    def daemons(cls, settings: dict[str, Any]) -> list[Daemon]:
+    def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:
         from dlvirt.platforms.cn import Container
 
-        return [*super().daemons(settings), *Container.daemons({})]
+        # the host's engine (platforms.CN.engine) holds the CN image that the guest image preloads
+        return [*super().daemons(platforms), *Container.daemons(platforms)]
 
     def provision(self) -> None:
         super().provision()

@@ -131,7 +131,9 @@ def remove_stale(platform_settings: dict[str, Any] | None = None, work_roots: It
         with contextlib.suppress(cgroups.CgroupError):
             group.remove()
             yield f"removed stale cgroup {directory}"
-    yield from remove_stale_containers((platform_settings or {}).get("CN", {}))
+    from dlvirt.platforms import container_platform
+
+    yield from remove_stale_containers((platform_settings or {}).get(container_platform(), {}))
     yield from remove_stale_guests()
     yield from remove_stale_work_dirs(work_roots)
     yield from engines.release_orphans()

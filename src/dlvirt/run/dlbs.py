@@ -12,7 +12,7 @@ Each repetition also writes ``dlbs.log`` in DLBS's log format, one ``__key__=jso
 DLBS's own log parser and reporter read our logs; ``parse_log`` reads that format back.
 
 DLBS itself is not on PyPI. If ``dlbs.path`` names a DLBS checkout, apps whose model DLBS's own
-benchmarks implement (``DLBS_MODELS``) are timed by its experimenter instead, with the same
+benchmarks implement (``AppKind.dlbs_model``) are timed by its experimenter instead, with the same
 ``exp.*`` parameters, and its log is parsed; the other apps use ours.
 """
 
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from dlvirt.apps import app_class
 from dlvirt.apps.base import App
 from dlvirt.core.records import HarnessJob, Repetition
 from dlvirt.system import observe
@@ -38,8 +39,6 @@ from dlvirt.system import observe
 LOG_NAME = "dlbs.log"
 # DLBS's key-value line: leading blanks, __key__, optional blanks, '=', a JSON value.
 LOG_LINE = re.compile(r"[ \t]*__(.+?)__[ \t]*=(.+)")
-# Our app -> DLBS's exp.model id, for the apps whose model DLBS's benchmark scripts implement.
-DLBS_MODELS = {"ic": "resnet50"}
 
 
 class DlbsError(RuntimeError):
@@ -125,7 +124,7 @@ def experimenter_model(job: HarnessJob) -> str | None:
     if not experimenter_script(checkout).is_file():
         raise DlbsError(f"dlbs.path {checkout}: no python/dlbs/experimenter.py (not a DLBS checkout, "
                         f"or not visible inside the platform)")
-    return DLBS_MODELS.get(job.app)
+    return app_class(job.app).kind.dlbs_model
 
 
 def experimenter_provenance(job: HarnessJob, framework: str) -> dict[str, Any]:

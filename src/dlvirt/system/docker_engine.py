@@ -1,7 +1,7 @@
 """Which Docker engine dlvirt talks to, and the dockerd it starts itself when none answers.
 
-Order: ``platforms.CN.engine.host``, else ``DOCKER_HOST``, else the default socket if it answers,
-else dlvirt's own dockerd (started through ``dlvirt.system.engines``). dlvirt's dockerd has its own
+Order: the container platform's ``engine.host`` (``platforms.CN.engine.host``), else
+``DOCKER_HOST``, else the default socket if it answers, else dlvirt's own dockerd (started through ``dlvirt.system.engines``). dlvirt's dockerd has its own
 data-root, exec-root, socket and (empty) config file, and runs with ``--iptables=false
 --bridge=none --ip-forward=false``: benchmark containers have no network, and the host's firewall,
 bridges and sysctls stay as they were.
@@ -14,11 +14,7 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
-from typing import Any
-
-import docker
-from docker.errors import DockerException
-from requests.exceptions import RequestException
+from typing import TYPE_CHECKING, Any
 
 from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError
 
@@ -33,12 +29,39 @@ API_TIMEOUT_S = 120
 DEFAULT_DATA_ROOT = "/var/lib/dlvirt/docker"
 
 
+if TYPE_CHECKING:
+    import docker
+
+
 def answers(url: str, timeout_s: float = 3.0) -> bool:
+    """Whether an engine answers ``GET /_ping`` at ``url``. A unix socket is asked directly, so
+    planning (which asks whether the default socket answers) never imports the Docker SDK."""
+    if url.startswith("unix://"):
+        return _unix_ping(url.removeprefix("unix://"), timeout_s)
+    import docker
+    from docker.errors import DockerException
+    from requests.exceptions import RequestException
+
     try:
         with contextlib.closing(docker.DockerClient(base_url=url, timeout=timeout_s)) as client:
             return bool(client.ping())
     except (DockerException, RequestException, OSError):
         return False
+
+
+def _unix_ping(path: str, timeout_s: float) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = b""
+            while chunk := sock.recv(4096):
+                reply += chunk
+    except OSError:
+        return False
+    status, _, rest = reply.partition(b"\r\n")
+    return status.split(b" ")[1:2] == [b"200"] and rest.rstrip().endswith(b"OK")
 
 
 def configured_url(settings: dict[str, Any]) -> str | None:
@@ -57,25 +80,26 @@ def dockerd_binary() -> str | None:
     return shutil.which("dockerd", path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin")
 
 
-def why_no_engine(settings: dict[str, Any]) -> str | None:
-    """Why no engine can be had here (None: one is configured, answers, or dlvirt can start one)."""
+def why_no_engine(settings: dict[str, Any], section: str) -> str | None:
+    """Why no engine can be had here (None: one is configured, answers, or dlvirt can start one).
+    ``section``: the config section ``settings`` come from, named in the advice."""
     if configured_url(settings) is not None or answers(DEFAULT_URL):
         return None
     if dockerd_binary() is None:
         return ("no Docker engine answers and dockerd is not installed (Debian: docker.io); "
-                "or set platforms.CN.engine.host / DOCKER_HOST")
+                f"or set {section}.engine.host / DOCKER_HOST")
     if os.geteuid() != 0:
-        return "no Docker engine answers and starting dockerd needs root; or set platforms.CN.engine.host"
+        return f"no Docker engine answers and starting dockerd needs root; or set {section}.engine.host"
     return None
 
 
-def own_daemon(settings: dict[str, Any]) -> Daemon | None:
+def own_daemon(settings: dict[str, Any], section: str) -> Daemon | None:
     """dlvirt's dockerd, or None when an engine is configured or the default socket answers."""
     if configured_url(settings) is not None or answers(DEFAULT_URL):
         return None
     dockerd = dockerd_binary()
     if dockerd is None or os.geteuid() != 0:
-        raise EngineError(str(why_no_engine(settings)))
+        raise EngineError(str(why_no_engine(settings, section)))
     config_file = RUN_DIR / "daemon-config.json"
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     config_file.write_text("{}\n")  # never read the host's /etc/docker/daemon.json
@@ -92,7 +116,11 @@ def own_daemon(settings: dict[str, Any]) -> Daemon | None:
     )
 
 
-def connect(settings: dict[str, Any]) -> docker.DockerClient:
+def connect(settings: dict[str, Any], section: str) -> docker.DockerClient:
+    import docker
+    from docker.errors import DockerException
+    from requests.exceptions import RequestException
+
     url = engine_url(settings)
     client = docker.DockerClient(base_url=url, timeout=API_TIMEOUT_S)
     try:
@@ -100,7 +128,7 @@ def connect(settings: dict[str, Any]) -> docker.DockerClient:
     except (DockerException, RequestException, OSError) as exc:
         client.close()
         raise EngineError(f"no Docker engine answers at {url} ({exc}); the workflow starts dlvirt's own at its "
-                          "start (python -m dlvirt engines up), or set platforms.CN.engine.host") from None
+                          f"start (python -m dlvirt engines up), or set {section}.engine.host") from None
     return client
 
 

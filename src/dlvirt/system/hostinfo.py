@@ -12,7 +12,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,8 @@ class Capabilities:
     gpus: tuple[str, ...]
     kvm_device: bool
     hw_virt: bool
-    docker: bool
     qemu: bool
     libvirt: bool
-    firecracker: bool
     cgroup_version: int | None
     arch: str = field(default_factory=platform.machine)
 
@@ -85,10 +83,8 @@ def capabilities() -> Capabilities:
         gpus=_gpus(),
         kvm_device=os.path.exists("/dev/kvm"),
         hw_virt=bool({"vmx", "svm"} & flags),
-        docker=_has("dockerd", "docker"),
         qemu=_has("qemu-system-x86_64", "qemu-system-aarch64"),
         libvirt=_has("libvirtd"),
-        firecracker=_has("firecracker"),
         cgroup_version=cgroups.version(),
     )
 
@@ -228,9 +224,8 @@ def write_facts(path: Path) -> None:
 
 
 def load_capabilities(data: dict[str, Any]) -> Capabilities:
-    caps = dict(data)
-    caps.pop("cores", None)
-    caps.pop("kvm", None)
+    # derived (cores, kvm) and retired keys of facts written by another dlvirt version are not fields
+    caps = {name: value for name, value in data.items() if name in {f.name for f in fields(Capabilities)}}
     caps["cpus"] = tuple(caps["cpus"])
     caps["gpus"] = tuple(caps["gpus"])
     return Capabilities(**caps)

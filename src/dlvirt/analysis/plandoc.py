@@ -1,0 +1,29 @@
+"""What analysis knows of the study plan: ``results/plan.json`` as the workflow wrote it from the
+plan it runs (``dlvirt.plan.planner.plan_document``): the left-out reasons, and the platforms' and
+apps' display facts (order, colour, titles). Analysis reads them here and never imports a platform
+or app module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlvirt.core.atomic import read_json
+from dlvirt.core.kinds import Kinds
+
+
+@dataclass(frozen=True)
+class PlanDocument:
+    left_out: list[list[str]]  # [what, why] per left-out entry (dlvirt.plan.leftout)
+    kinds: Kinds
+    document: dict[str, Any]   # all of plan.json (study name, jobs, provenance)
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> PlanDocument:
+        return cls([list(entry) for entry in document["left_out"]], Kinds.from_document(document["kinds"]), document)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PlanDocument:
+        return cls.from_document(read_json(Path(path)))
