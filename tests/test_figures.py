@@ -135,11 +135,11 @@ def test_e2e_vs_cores_marks_the_first_level_spanning_two_sockets(tmp_path):
     assert rows.first_level_spanning_sockets(rows.load_summaries(SUMMARIES / "partial.csv")) is None  # no columns
     summary = tmp_path / "two-socket.csv"
     frame.to_csv(summary, index=False)
-    fig = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", title="t")
+    fig = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", title="t", plan=plan_of("full"))
     assert "span >1 socket/NUMA node" in texts(fig)
     levels = sorted(frame["cores"].unique())
     marks = [line.get_xdata()[0] for line in fig.axes[0].lines if line.get_linestyle() == ":"]
     assert marks == [levels.index(4) - 0.5]
-    plain = figures.e2e_vs_cores_figure(SUMMARIES / "full.csv", tool="mlperf", app="ic", title="t")
+    plain = figures.e2e_vs_cores_figure(SUMMARIES / "full.csv", tool="mlperf", app="ic", title="t", plan=plan_of("full"))
     assert "span >1 socket" not in texts(plain)
     matplotlib.pyplot.close("all")

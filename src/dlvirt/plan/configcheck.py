@@ -201,6 +201,7 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
     right kind; weights and vocab match their checksums; memory sizes fit ``host_memory`` (bytes,
     None = not checked: planning for another machine)."""
     from dlvirt.apps import app_class
+    from dlvirt.platforms import CLASSES as PLATFORM_CLASSES
     from dlvirt.platforms.cn import memory_bytes
     from dlvirt.platforms.guestimage import IMAGE_FILES
 
@@ -220,33 +221,30 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
     if "dlbs" in config["study"]["tools"]:
         _check_path(config["dlbs"].get("path"), "dlbs.path", "dir")
     platforms = _planned_platforms(config)
-    for name in sorted(platforms & {"VM", "MVM", "VMCN"}):
-        guest = config["platforms"][name]
-        image_dir = guest.get("image_dir")
-        _check_path(image_dir, f"platforms.{name}.image_dir", "dir")
-        if image_dir is not None:
-            replaced = {"vmlinuz": guest.get("kernel"), "initrd.img": guest.get("initrd")}
+    # What each platform's section holds (paths, memory sizes), its class declares.
+    for name in sorted(platforms):
+        cls, section = PLATFORM_CLASSES[name], config["platforms"][name]
+        image_dir = section.get("image_dir")
+        if cls.kind.guest_variant and image_dir is not None and Path(image_dir).is_dir():
+            replaced = {"vmlinuz": section.get("kernel"), "initrd.img": section.get("initrd")}
             missing = [f for f in IMAGE_FILES if not replaced.get(f) and not (Path(image_dir) / f).is_file()]
             if missing:
                 raise ConfigError(f"platforms.{name}.image_dir {image_dir}: lacks {', '.join(missing)}")
-        _check_path(guest.get("kernel"), f"platforms.{name}.kernel", "file")
-        _check_path(guest.get("initrd"), f"platforms.{name}.initrd", "file")
-    if "MVM" in platforms:
-        _check_path(config["platforms"]["MVM"].get("firecracker"), "platforms.MVM.firecracker", "file")
+        for key, kind in cls.path_settings.items():
+            _check_path(section.get(key), f"platforms.{name}.{key}", kind)
     for site, host in config.get("hosts", {}).items():
         # ssh expands ~ in both (-i and UserKnownHostsFile)
         _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file", expand_user=True)
         _check_path(host.get("known_hosts_file"), f"hosts.{site}.known_hosts_file", "file", expand_user=True)
-    for key, size in (("platforms.CN.memory", config["platforms"]["CN"]["memory"]),
-                      ("platforms.VMCN.container_memory", config["platforms"]["VMCN"]["container_memory"])):
-        if memory_bytes(size) < DOCKER_MIN_MEMORY:
-            raise ConfigError(f"{key}: {size!r} is below docker's minimum of 6m")
+    sizes: dict[str, tuple[str, int]] = {}
+    for name, cls in PLATFORM_CLASSES.items():
+        section = config["platforms"][name]
+        for key in cls.container_memory_settings:
+            if memory_bytes(section[key]) < DOCKER_MIN_MEMORY:
+                raise ConfigError(f"platforms.{name}.{key}: {section[key]!r} is below docker's minimum of 6m")
+            sizes[f"platforms.{name}.{key}"] = (name, memory_bytes(section[key]))
+        sizes.update({f"platforms.{name}.{key}": (name, section[key] << 20) for key in cls.guest_memory_settings})
     if host_memory:
-        sizes = {"platforms.CN.memory": ("CN", memory_bytes(config["platforms"]["CN"]["memory"])),
-                 "platforms.VMCN.container_memory": ("VMCN",
-                                                     memory_bytes(config["platforms"]["VMCN"]["container_memory"]))}
-        sizes.update({f"platforms.{p}.memory_mib": (p, config["platforms"][p]["memory_mib"] << 20)
-                      for p in ("VM", "MVM", "VMCN")})
         for key, (platform, size) in sizes.items():
             if platform in platforms and size > host_memory:
                 raise ConfigError(f"{key}: {size >> 20} MiB is more than this host's memory ({host_memory >> 20} MiB)")

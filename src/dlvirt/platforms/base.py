@@ -129,6 +129,11 @@ def job_input_paths(job: HarnessJob) -> list[Path]:
 class Platform(ABC):
     kind: ClassVar[PlatformKind]  # what the rest of dlvirt knows about it (each platform module declares it)
     name: ClassVar[str]           # kind.name
+    # Settings of its config section that the config check looks at before any job is built:
+    # paths ("file" or "dir"), container memory sizes (docker's "8g" form) and guest memory in MiB.
+    path_settings: ClassVar[dict[str, str]] = {}
+    container_memory_settings: ClassVar[tuple[str, ...]] = ()
+    guest_memory_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -62,6 +62,7 @@ def online_cpus() -> tuple[int, ...]:
 class Container(Platform):
     kind = PlatformKind(name="CN", title="container on the host's Docker engine", order=1, colour=1,
                         virtualised=True, image=CONTAINER_IMAGE)
+    container_memory_settings = ("memory",)
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:

@@ -183,6 +183,8 @@ class GuestPlatform(Platform):
     Subclasses start and stop the VMM (libvirt, QEMU microvm, Firecracker); this class makes the
     disks, watches the console, enforces the timeouts and reads the results back."""
 
+    path_settings = {"image_dir": "dir", "kernel": "file", "initrd": "file"}
+    guest_memory_settings = ("memory_mib",)
     guest_python: ClassVar[str] = f"{guestimage.GUEST_VENV}/bin/python"
 
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:

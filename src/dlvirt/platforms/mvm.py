@@ -67,6 +67,7 @@ class MicroVM(GuestPlatform):
                         # paper §III: MVM is evaluated VNL/CPU only
                         why_no_pin="Firecracker (and QEMU's microvm machine) offer no vCPU pinning",
                         why_no_gpu="Firecracker (and QEMU's microvm machine) have no PCI passthrough")
+    path_settings = {**GuestPlatform.path_settings, "firecracker": "file"}
 
     def provision(self) -> None:
         super().provision()

@@ -35,6 +35,7 @@ DOCKERD_READY_S = 600  # dockerd's first start under TCG takes a while
 class ContainerInVM(VirtualMachine):
     kind = PlatformKind(name="VMCN", title="container in a VM: Docker inside the VM platform's guest", order=3,
                         colour=3, virtualised=True, image="docker")
+    container_memory_settings = ("container_memory",)
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:

@@ -1,7 +1,7 @@
 """Which Docker engine dlvirt talks to, and the dockerd it starts itself when none answers.
 
-Order: the container platform's ``engine.host`` (``platforms.CN.engine.host``), else
-``DOCKER_HOST``, else the default socket if it answers, else dlvirt's own dockerd (started through ``dlvirt.system.engines``). dlvirt's dockerd has its own
+Order: ``platforms.CN.engine.host``, else ``DOCKER_HOST``, else the default socket if it answers,
+else dlvirt's own dockerd (started through ``dlvirt.system.engines``). dlvirt's dockerd has its own
 data-root, exec-root, socket and (empty) config file, and runs with ``--iptables=false
 --bridge=none --ip-forward=false``: benchmark containers have no network, and the host's firewall,
 bridges and sysctls stay as they were.
