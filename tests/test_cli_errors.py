@@ -28,7 +28,6 @@ BENCH = ["bench", "--output", "/nonexistent/r.json", "--loadgen-dir", "/nonexist
     (["guest-image", "--variant", "full", "--output-dir", "o", "--cn-settings", "{"],
      "dlvirt guest-image: --cn-settings: not valid JSON"),
     (["cleanup", "--settings", "[]"], "dlvirt cleanup: --settings: a JSON object is needed"),
-    (["plan", "--config", "{}", "--output", "o"], "dlvirt plan: --config: lacks study, apps, platforms, host_check"),
     (["aggregate", "--output", "o.csv", "/nonexistent/run.json"], "dlvirt aggregate: /nonexistent/run.json: No such file"),
     (["check-config", "/nonexistent/c.yaml"], "dlvirt check-config: config file /nonexistent/c.yaml: cannot be read"),
 ])
