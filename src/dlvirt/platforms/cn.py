@@ -21,10 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from docker.errors import DockerException, ImageNotFound
-from docker.types import DeviceRequest, Mount
-from requests.exceptions import RequestException
-
 from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
@@ -92,6 +88,7 @@ class Container(Platform):
         return str(image)
 
     def provision(self) -> None:
+        from docker.errors import ImageNotFound  # the SDK only where a container runs: planning never imports it
 
         self.container: Any = None
         self.launched_unix: float | None = None
@@ -124,6 +121,7 @@ class Container(Platform):
         self.memory = memory_bytes(self.config.get("memory", "8g"))
 
     def _host_config(self, job_path: Path, out_dir: Path, job: HarnessJob) -> dict[str, Any]:
+        from docker.types import DeviceRequest, Mount
 
         mounts = [Mount(str(p), str(p), type="bind", read_only=True) for p in job_input_paths(job)]
         mounts += [Mount(JOB_PATH, str(job_path), type="bind", read_only=True),
@@ -141,6 +139,8 @@ class Container(Platform):
                 "mem_limit": self.memory, "cgroupns": "host"}
 
     def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
+        from docker.errors import DockerException
+        from requests.exceptions import RequestException
 
         job_path = self.workdir.resolve() / "job.json"  # bind mounts need absolute paths
         out_dir = self.workdir.resolve() / "out"
@@ -180,6 +180,8 @@ class Container(Platform):
 
     def _copy_logs(self) -> None:
         """The container's output into this job's log as it comes."""
+        from docker.errors import DockerException
+        from requests.exceptions import RequestException
 
         with contextlib.suppress(DockerException, RequestException):
             for chunk in self.container.logs(stream=True, follow=True):
