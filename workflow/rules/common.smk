@@ -72,6 +72,7 @@ def write_plan(path, log, document):
     write_json_atomic(path, document)
     Path(log).write_text(f"{len(document['jobs'])} jobs, {len(document['left_out'])} left out\n")
 
+
 if workflow.is_main_process:
     for what, why in PLAN.left_out:
         print(f"dlvirt: left out {what}: {why}", file=sys.stderr)

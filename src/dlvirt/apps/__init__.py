@@ -15,10 +15,8 @@ from dlvirt.apps.sr import SpeechRecognition
 from dlvirt.core.errors import ConfigError
 from dlvirt.core.kinds import AppKind
 
-CLASSES: dict[str, type[App]] = {
-    cls.kind.name: cls for cls in sorted((ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation),
-                                         key=lambda c: c.kind.order)
-}
+_IMPLEMENTED: list[type[App]] = [ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation]
+CLASSES: dict[str, type[App]] = {cls.kind.name: cls for cls in sorted(_IMPLEMENTED, key=lambda c: c.kind.order)}
 KINDS: dict[str, AppKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 

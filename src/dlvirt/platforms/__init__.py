@@ -17,10 +17,8 @@ from dlvirt.platforms.mvm import MicroVM
 from dlvirt.platforms.vm import VirtualMachine
 from dlvirt.platforms.vmcn import ContainerInVM
 
-CLASSES: dict[str, type[Platform]] = {
-    cls.kind.name: cls for cls in sorted((BareMetal, Container, VirtualMachine, ContainerInVM, MicroVM),
-                                         key=lambda c: c.kind.order)
-}
+_IMPLEMENTED: list[type[Platform]] = [BareMetal, Container, VirtualMachine, ContainerInVM, MicroVM]
+CLASSES: dict[str, type[Platform]] = {cls.kind.name: cls for cls in sorted(_IMPLEMENTED, key=lambda c: c.kind.order)}
 KINDS: dict[str, PlatformKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 
