@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,11 +64,65 @@ def test_pin_one_core_sees_exactly_that_core(ic_dataset, tmp_path):
     assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
 
 
-def test_naive_threads_follow_cpu_count_under_a_quota(ic_dataset, tmp_path):
+def test_framework_default_threads_follow_the_visible_cores_under_a_quota(ic_dataset, tmp_path):
     if len(CPUS) < 2 or cgroups.version() is None:
         pytest.skip("needs 2 cores and a cgroup CPU controller")
-    result = run_job(spec(ic_dataset, 1, "VNL", threads="naive"), tmp_path / "r.json", tmp_path / "lg")
-    assert result.runs[0].threads["intra_op"] == os.cpu_count()
+    result = run_job(spec(ic_dataset, 1, "VNL", threads="framework-default"), tmp_path / "r.json", tmp_path / "lg")
+    threads = result.runs[0].threads
+    assert threads["intra_op"] is None  # dlvirt set nothing
+    assert threads["framework"]["intra_op"] == len(CPUS)  # TensorFlow chose one per visible core
+    assert result.runs[0].telemetry["nr_periods"] > 0
+
+
+def test_granted_one_pinned_core_runs_one_compute_thread_at_a_time(ic_dataset, tmp_path):
+    """BM/1/PIN: the stages alternate on the one core, each with one thread, as the framework reports."""
+    result = run_job(spec(ic_dataset, 1, "PIN", repetitions=2), tmp_path / "r.json", tmp_path / "lg")
+    for run in result.runs:
+        threads = run.threads
+        assert threads["compute_threads"] == 1 and not threads["overlap"] and not threads["post_thread"]
+        assert (threads["intra_op"], threads["pre_workers"]) == (1, 1)
+        assert threads["framework"]["intra_op"] == 1 and threads["framework"]["inter_op"] == 1
+        telemetry = run.telemetry
+        assert telemetry["cpus_ran_on"] == CPUS[:1]
+        assert telemetry["voluntary_ctx"] + telemetry["involuntary_ctx"] > 0
+        phases = run.phases
+        assert phases["infer_cpu_s"] > 0 and phases["pre_cpu_s"] > 0 and phases["stall_s"] > 0
+
+
+def test_sequential_phases_add_up_to_e2e(tmp_path):
+    """Stages one after another: their busy times add up to E2E (16 images in 4 batches, so that
+    the pipeline's own hand-offs are small beside them)."""
+    settings = {**IC_SETTINGS, "dataset": {"path": None, "count": 16, "seed": 0},
+                "loadgen": {**IC_SETTINGS["loadgen"], "min_query_count": 16}}
+    ImageClassification.prepare_dataset(tmp_path / "ic16", settings)
+    cores = min(2, len(CPUS))
+    job = spec(tmp_path / "ic16", cores, "PIN", pipeline="sequential", repetitions=2, app_settings=settings,
+               loadgen=settings["loadgen"])
+    result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
+    for run in result.runs:
+        phases = run.phases
+        total = phases["pre_s"] + phases["infer_s"] + phases["post_s"]
+        assert total == pytest.approx(run.e2e_s, rel=0.02)
+        assert run.threads["sharing"] == "alternate"
+
+
+def test_an_enclosing_quota_smaller_than_the_cores_fails_pin_verification(ic_dataset, tmp_path):
+    """The runner itself sits in a cgroup of half a core: BM/1/PIN would get less than one core."""
+    if cgroups.version() is None:
+        pytest.skip("no cgroup CPU controller on this host")
+    enclosing = cgroups.create(f"dlvirt-{os.getpid()}-enclosing", quota_cores=0.5)
+    try:
+        job = spec(ic_dataset, 1, "PIN")
+        proc = subprocess.run(
+            [sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()), "--output", str(tmp_path / "r.json"),
+             "--loadgen-dir", str(tmp_path / "lg")],
+            capture_output=True, text=True, timeout=600, check=False,
+            preexec_fn=lambda: enclosing.attach(os.getpid()))
+    finally:
+        enclosing.remove()
+    assert proc.returncode != 0
+    assert "CFS quota of 0.5 cores, fewer than the 1 asked" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_failed_run_writes_no_result_and_removes_its_cgroup(ic_dataset, tmp_path):

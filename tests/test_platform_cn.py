@@ -108,6 +108,29 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     assert our_containers(engine) == []
 
 
+def test_framework_default_in_a_quota_uses_every_host_core_and_is_throttled(engine, cn_image, ic_dataset, tmp_path):
+    """CN/1/VNL, framework-default: the frameworks size their pools from the host cores they see,
+    so the container's threads outrun the quota and the kernel throttles them (read inside)."""
+    if len(online_cpus()) < 2:
+        pytest.skip("needs 2 host cores to oversubscribe a 1-core quota")
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "VNL", threads="framework-default", repetitions=3),
+                     tmp_path / "r.json", tmp_path / "lg")
+    for run in result.runs:
+        assert run.threads["intra_op"] is None
+        assert run.threads["framework"]["intra_op"] == len(online_cpus())
+        assert run.telemetry["nr_periods"] > 0
+    throttled = sum(run.telemetry["nr_throttled"] for run in result.runs)
+    if throttled == 0:
+        # the quota throttles only a container that wants more than it; on a loaded host the
+        # others' processes may keep it below that
+        cpu = sum(sum(run.phases[k] for k in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s")) for run in result.runs)
+        used = cpu / sum(run.e2e_s for run in result.runs)
+        if used < 0.95:
+            pytest.skip(f"host too busy: the container used {used:.2f} cores on average, under its 1-core quota")
+    assert throttled > 0
+    assert result.code and result.runner_code and result.code["source"] == result.runner_code["source"]
+
+
 def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative output paths, as the workflow passes them
     result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN"), Path("r.json"), Path("lg"))
@@ -222,8 +245,8 @@ def test_workflow_rebuilds_the_image_only_when_an_input_changes(engine, cn_image
 def test_pytorch_ic_backend_runs_in_the_container(engine, cn_image, ic_dataset, tmp_path):
     job = cn_spec(ic_dataset, cn_image, 1, "VNL", app_settings={**IC_SETTINGS, "framework": "pytorch"})
     result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
-    assert result["verified"] and result["model"]["framework"] == "pytorch" and "torch" in result["versions"]
-    assert result["runs"][0]["observed"]["image"] == cn_image and result["runs"][0]["samples"] == 4
+    assert result.verified and result.model["framework"] == "pytorch" and "torch" in result.versions
+    assert result.runs[0].observed["image"] == cn_image and result.runs[0].samples == 4
     # the image records the host's stack it was built from
-    assert result["stack"]["stack"] == "cpu" and result["stack"]["chosen_by"] == "dlvirt image"
+    assert result.stack is not None and result.stack["stack"] == "cpu" and result.stack["chosen_by"] == "dlvirt image"
     assert our_containers(engine) == []

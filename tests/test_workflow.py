@@ -40,6 +40,17 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     assert run["runs"][0]["observed"]["quota_cores"] == pytest.approx(1.0)
     assert run["runs"][0]["threads"]["intra_op"] == 1
 
+    # What the kernel and the frameworks did, in every row and run file (dlvirt.system.observe)
+    vnl = summary[summary.pinning == "VNL"]
+    assert vnl.throttled_pct.notna().all() and vnl.throttled_s.notna().all()
+    for column in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "ctx_switches"):
+        assert summary[column].notna().all(), column
+    assert (summary.code_version != "not recorded").all()
+    for path in (workflow_dir / "results" / "runs").rglob("*.json"):
+        result = json.loads(path.read_text())
+        assert result["code"]["source"] == result["runner_code"]["source"], path
+        assert all(r["threads"]["framework"].get("intra_op") for r in result["runs"]), path
+
     # A second run has nothing to do.
     assert jobs_that_would_run(workflow_dir, "all", "--configfile", str(config)) == {}
 

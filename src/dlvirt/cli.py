@@ -130,7 +130,7 @@ def _cmd_site_bench(args: argparse.Namespace) -> int:
 def _cmd_aggregate(args: argparse.Namespace) -> int:
     from dlvirt.analysis.aggregate import write_summary
 
-    write_summary([Path(p) for p in args.inputs], Path(args.output))
+    write_summary([Path(p) for p in args.inputs], Path(args.output), allow_mixed_code=args.allow_mixed_code)
     return 0
 
 
@@ -340,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("aggregate", help="summarise run files into a CSV")
     p.add_argument("--output", required=True)
+    p.add_argument("--allow-mixed-code", action="store_true",
+                   help="summarise a result whose harness and runner code differ (the row says so)")
     p.add_argument("inputs", nargs="*")
     p.set_defaults(func=_cmd_aggregate)
 

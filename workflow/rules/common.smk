@@ -205,6 +205,7 @@ def benchmark_spec(job):
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
         "threads": config["harness"]["threads"],
+        "pipeline": config["harness"]["pipeline"],
         "timeout_s": config["harness"]["timeout_s"],
         "batch_size": app["batch_size"],
         "loadgen": app["loadgen"],

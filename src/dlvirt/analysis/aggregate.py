@@ -4,10 +4,15 @@ A row's launches (replicates) all come from one site, each from one job on one m
 one site measured on different hardware (a cluster's mixed nodes) are compared, never pooled, so
 every row names its hardware (launches on several kinds: all of them), and summarising warns when
 one site's rows span several kinds of hardware.
+
+LoadGen-INVALID repetitions stay out of every statistic of a row; ``invalid`` counts them. A row's
+launches must all have been measured by one version of dlvirt's code (the harness's, which the
+runner's must match): otherwise summarising is refused unless allowed, and the row says "mixed".
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlvirt.analysis.stats import estimate, inliers, trend
+from dlvirt.analysis.stats import Estimate, estimate, inliers, trend
+from dlvirt.core import codeversion
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.records import JobResult, Repetition
 from dlvirt.core.scenario import LOCAL_SITE
@@ -24,45 +30,94 @@ from dlvirt.system.hostinfo import hardware_label
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
     "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "mean_s", "ci95_s", "ci_n", "ci_unit",
-    "std_s", "between_sd_s", "round_means_s", "drift_p", "median_s", "iqr_s", "pre_s", "infer_s", "post_s",
-    "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads", "dataset_source",
-    "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct", "gpu_mem_mib", "sockets",
-    "numa_nodes",
+    "std_s", "between_sd_s", "round_means_s", "drift_p", "median_s", "iqr_s", "invalid", "pre_s", "infer_s",
+    "post_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "throttled_pct", "throttled_s", "steal_pct",
+    "ctx_switches", "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
+    "pipeline", "dataset_source", "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct",
+    "gpu_mem_mib", "sockets", "numa_nodes", "code_version", "host_virtualization",
 ]
+NO_ESTIMATE = Estimate(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan)
+
+
+class MixedCodeError(ValueError):
+    """A summary row would pool measurements made by different versions of dlvirt's code."""
+
+
+def valid_runs(result: JobResult) -> list[Repetition]:
+    """The launch's repetitions LoadGen did not mark INVALID (DLBS runs have no LoadGen verdict)."""
+    return [r for r in result.runs if (r.loadgen or {}).get("validity", "VALID") == "VALID"]
 
 
 def kept_runs(result: JobResult) -> list[Repetition]:
-    """The launch's repetitions without its outliers (the rule of ``dlvirt.analysis.stats``)."""
-    e2e = [r.e2e_s for r in result.runs]
-    return [r for r, keep in zip(result.runs, inliers(e2e), strict=True) if keep]
+    """The launch's valid repetitions without their outliers (the rule of ``dlvirt.analysis.stats``)."""
+    valid = valid_runs(result)
+    e2e = [r.e2e_s for r in valid]
+    return [r for r, keep in zip(valid, inliers(e2e), strict=True) if keep] if valid else []
 
 
-def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
+def code_column(results: list[JobResult], allow_mixed_code: bool = False) -> str:
+    """The code version of a row's launches; the harness's and runner's of each must all agree."""
+    versions: dict[str, str] = {}
+    for result in results:
+        for version in (result.code, result.runner_code):
+            if version:
+                versions.setdefault(version["source"], codeversion.label(version))
+    if len(versions) <= 1:
+        return next(iter(versions.values()), "not recorded")
+    names = " vs ".join(sorted(versions.values()))
+    if not allow_mixed_code:
+        first = results[0]
+        raise MixedCodeError(f"{first.tool} {first.app} {first.scenario_name}: its runs were made by "
+                             f"different dlvirt code ({names}); rerun them, or set allow_mixed_code: true "
+                             "to summarise them in one row marked mixed")
+    return f"mixed: {names}"
+
+
+def throttled_pct(runs: list[Repetition]) -> float:
+    """Throttled CFS periods per 100 periods over the runs (NaN without cpu.stat or periods)."""
+    periods = sum((r.telemetry or {}).get("nr_periods") or 0 for r in runs)
+    throttled = sum((r.telemetry or {}).get("nr_throttled") or 0 for r in runs)
+    return 100.0 * throttled / periods if periods else math.nan
+
+
+def mean_of(values: list[Any]) -> float:
+    """Mean of the recorded values (NaN where none was recorded: an older result, a DLBS phase)."""
+    numbers = [float(v) for v in values if v is not None]
+    return float(np.mean(numbers)) if numbers else math.nan
+
+
+def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False) -> dict[str, Any]:
     """One summary row from the launches (replicates) of one tool × app × scenario × site × VMM.
 
     The statistical unit is the launch: with two or more, ``mean_s`` and ``ci95_s`` are the mean and
     95 % Student-t half-width of the launch means (n = replicates), so the interval covers what
     differs between launches (boot, placement, machine drift), not only the noise within one. With
-    one launch they fall back to its repetitions (``ci_unit`` says which). Outliers are dropped
-    within each launch, from every column."""
+    one launch they fall back to its repetitions (``ci_unit`` says which). INVALID repetitions and
+    outliers (within each launch) are dropped from every column; a launch left with none counts
+    no more."""
     results = sorted(results, key=lambda r: r.replicate)
     first = results[0]
-    per_launch = [kept_runs(result) for result in results]
+    code = code_column(results, allow_mixed_code)
+    per_launch = [kept for kept in (kept_runs(result) for result in results) if kept]
     runs = [r for kept in per_launch for r in kept]
     e2e = [r.e2e_s for r in runs]
     launch_means = [float(np.mean([r.e2e_s for r in kept])) for kept in per_launch]
-    if len(results) >= 2:
+    if len(per_launch) >= 2:
         est, unit = estimate(launch_means, drop=False), "replicate"
     else:
-        est, unit = estimate(e2e, drop=False), "repetition"
-    pooled = estimate(e2e, drop=False)
+        est, unit = (estimate(e2e, drop=False) if e2e else NO_ESTIMATE), "repetition"
+    pooled = estimate(e2e, drop=False) if e2e else NO_ESTIMATE
     scenario = first.scenario
 
     def phase(name: str) -> float:
         # a DLBS (model-only) run has the inference phase only: NaN for the others
-        return float(np.mean([r.phases.get(name, np.nan) for r in runs]))
+        return mean_of([r.phases.get(name) for r in runs])
+
+    def telemetry(name: str) -> float:
+        return mean_of([(r.telemetry or {}).get(name) for r in runs])
 
     every_run = [r for result in results for r in result.runs]
+    sample = (runs or every_run)[0]
     validity = {(r.loadgen or {}).get("validity") for r in every_run}  # every run must be valid
     boots = [result.platform["boot_s"] for result in results if result.platform.get("boot_s") is not None]
     # GPU rows: the GPU model, its mean sampled utilisation and the process's peak memory, from
@@ -83,30 +138,39 @@ def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
         "vmm": first.platform.get("vmm"),
         "replicates": len(results),
         "reps": len(runs),
-        "min_reps": min(len(kept) for kept in per_launch),
-        "outliers": len(every_run) - len(runs),
+        "min_reps": min((len(kept) for kept in per_launch), default=0),
+        "outliers": sum(len(valid_runs(result)) for result in results) - len(runs),
         "mean_s": est.mean,
         "ci95_s": est.ci95,
         "ci_n": est.n,
         "ci_unit": unit,
         "std_s": est.std,
-        "between_sd_s": float(np.std(launch_means, ddof=1)) if len(results) >= 2 else np.nan,
+        "between_sd_s": float(np.std(launch_means, ddof=1)) if len(launch_means) >= 2 else np.nan,
         # drift over the study: the launch means in round order, and the p-value of their trend
         "round_means_s": ";".join(f"{m:.6g}" for m in launch_means),
         "drift_p": trend(launch_means)[1],
         "median_s": pooled.median,
         "iqr_s": pooled.iqr,
-        "pre_s": phase("pre_s"),
-        "infer_s": phase("infer_s"),
-        "post_s": phase("post_s"),
-        "samples": int(np.mean([r.samples for r in runs])),
-        "samples_per_s": float(np.mean([r.samples_per_s for r in runs])),
-        "loadgen_valid": validity == {"VALID"} if runs[0].loadgen is not None else None,
+        "invalid": sum(len(result.runs) - len(valid_runs(result)) for result in results),
+        **{name: phase(name) for name in ("pre_s", "infer_s", "post_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s",
+                                          "stall_s")},
+        "throttled_pct": throttled_pct(runs),
+        "throttled_s": telemetry("throttled_s"),
+        "steal_pct": telemetry("steal_pct"),
+        "ctx_switches": mean_of([r.telemetry["voluntary_ctx"] + r.telemetry["involuntary_ctx"]
+                                 for r in runs if r.telemetry]),
+        "samples": int(mean_of([r.samples for r in runs])) if runs else 0,
+        "samples_per_s": mean_of([r.samples_per_s for r in runs]),
+        "loadgen_valid": validity == {"VALID"} if sample.loadgen is not None else None,
         "accel": first.platform.get("accel", "none"),
         # what the guest took to boot (VM, MVM, VMCN record it; empty for platforms that do not boot)
         "boot_s": float(np.mean(boots)) if boots else None,
-        "threads_policy": runs[0].threads["policy"],
-        "threads": runs[0].threads["intra_op"],
+        "threads_policy": sample.threads["policy"],
+        # what the framework reported using (older results: what the plan set)
+        "threads": (sample.threads.get("framework") or sample.threads)["intra_op"],
+        # how the LoadGen pipeline ran (DLBS rows time the model alone: none)
+        "pipeline": ("overlapped" if sample.threads.get("overlap", True) else "sequential")
+        if sample.loadgen is not None else None,
         "dataset_source": first.dataset["source"],
         "model": first.model.get("model"),
         # a smaller stand-in (BERT-tiny for BERT-large) says so; it is never evidence for a claim
@@ -123,6 +187,11 @@ def summarise_launches(results: list[JobResult]) -> dict[str, Any]:
         # figures mark the first level whose pinned cores span more than one socket / NUMA node
         "sockets": max(p["sockets"] for p in placements) if placements else None,
         "numa_nodes": max(p["nodes"] for p in placements) if placements else None,
+        "code_version": code,
+        # BM rows: what the "bare metal" itself is, as the harness saw it (vm/container, "none" on bare metal)
+        "host_virtualization": ", ".join(f"{k} {v}" for k, v in sorted(sample.observed["virtualization"].items())
+                                         if v != "none") or "none"
+        if scenario.platform == "BM" and "virtualization" in sample.observed else None,
     }
 
 
@@ -144,20 +213,20 @@ def mixed_hardware(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
-def summarise(paths: list[Path]) -> pd.DataFrame:
+def summarise(paths: list[Path], allow_mixed_code: bool = False) -> pd.DataFrame:
     launches: dict[tuple[Any, ...], list[JobResult]] = {}
     for path in paths:
         result = JobResult.read(path)
         launches.setdefault(launch_key(result), []).append(result)
-    rows = [summarise_launches(group) for group in launches.values()]
+    rows = [summarise_launches(group, allow_mixed_code) for group in launches.values()]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for line in mixed_hardware(frame):
         print(f"dlvirt: warning: {line}; compare these rows with care", file=sys.stderr)
     return frame.sort_values(KEY_COLUMNS, ignore_index=True) if rows else frame
 
 
-def write_summary(paths: list[Path], output: Path) -> None:
-    write_text_atomic(output, summarise(paths).to_csv(index=False))
+def write_summary(paths: list[Path], output: Path, allow_mixed_code: bool = False) -> None:
+    write_text_atomic(output, summarise(paths, allow_mixed_code).to_csv(index=False))
 
 
 def concat_summaries(paths: list[Path], output: Path) -> None:

@@ -20,8 +20,10 @@ from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.analysis.rows import (
     PHASES,
     edge_sites,
+    host_virtualization,
     load_summaries,
     main_site,
+    overhead_beside_mechanism,
     phase_shares,
     present,
     scenario_order,
@@ -91,8 +93,20 @@ def _provenance(frame: pd.DataFrame) -> list[dict[str, str]]:
     for (tool, app), rows in frame.groupby(["tool", "app"]):
         out.append({"tool": tool, "app": app.upper(),
                     "dataset": ", ".join(sorted(set(rows["dataset_source"].astype(str)))),
-                    "weights": ", ".join(sorted(set(rows["weights"].astype(str))))})
+                    "weights": ", ".join(sorted(set(rows["weights"].astype(str)))),
+                    # which dlvirt code measured the rows (summary rows from older results lack it)
+                    "code": ", ".join(sorted(set(rows["code_version"].astype(str)))) if "code_version" in rows
+                    else "not recorded"})
     return out
+
+
+def _frequency(freq: dict[str, Any] | None) -> str:
+    if not freq:
+        return "not recorded"
+    if freq.get("driver") is None:
+        return "no cpufreq (the hypervisor or firmware sets the clock)"
+    boost = {True: "on", False: "off", None: "unknown"}[freq.get("boost")]
+    return f"driver {freq['driver']}, governor {freq.get('governor')}, boost/turbo {boost}"
 
 
 def _phase_table(frame: pd.DataFrame, plan: PlanDocument) -> pd.DataFrame:
@@ -164,9 +178,11 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=metadata.version("dlvirt"),
         plan=plan_doc,
+        host_virtualization=host_virtualization(facts),
         host_facts=[
             ("CPU", f"{facts.get('cpu_model')} — {caps.get('cores')} usable cores, {facts.get('sockets')} socket(s), "
                     f"NUMA {facts.get('numa_nodes')}"),
+            ("CPU frequency", _frequency(facts.get("cpu_frequency"))),
             ("memory", f"{facts.get('memory_bytes', 0) / 2**30:.1f} GiB"),
             ("OS, kernel", f"{facts.get('os')}, {facts.get('kernel')}"),
             ("cgroup", f"v{caps.get('cgroup_version')}"),
@@ -175,6 +191,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
             ("GPU", ", ".join(caps.get("gpus") or []) or "none"),
             ("engines", ", ".join(f"{k}: {v}" for k, v in (facts.get("tools") or {}).items() if v) or "none"),
             ("in a container", "yes" if facts.get("in_container") else "no"),
+            ("itself virtualized", host_virtualization(facts) or "no (or not recorded)"),
         ],
         packages=sorted((facts.get("packages") or {}).items()),
         python=facts.get("python"),
@@ -186,6 +203,8 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         phase_figures=[e for e in entries if e["phases"]],
         phase_table=_html_table(_phase_table(frame, study)),
         drift_table=_html_table(drift_table(frame)),
+        mechanism_table=_html_table(overhead_beside_mechanism(main_site(frame)) if not frame.empty
+                                    else pd.DataFrame()),
         ran=ran.to_dict("records") if not ran.empty else [],
         left_out=sorted(left_out.items()),
         table1=_html_table(pd.read_csv(table1)),

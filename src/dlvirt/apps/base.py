@@ -25,16 +25,36 @@ class AppError(RuntimeError):
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    """Threads the app may use, chosen from what the platform really grants (or naively)."""
+    """Threads the harness and the app's framework use.
 
-    policy: str          # "granted" (affinity and CFS quota) or "naive" (os.cpu_count())
-    cores: int           # the core count the plan was sized from
-    intra_op: int        # framework intra-op threads
-    inter_op: int        # framework inter-op threads
-    pre_workers: int     # pre-processing worker threads
+    ``granted``: sized from what the platform really grants (affinity, CFS quota), so that the
+    harness's compute threads that can run at once never exceed the granted cores: either the
+    cores are *split* (one pre-processing worker beside N-1 intra-op threads, post-processing
+    inline after inference) or the stages *alternate* (N pre workers, then N intra-op threads,
+    then post-processing; one stage at a time). ``framework-default``: dlvirt sets no framework
+    thread count at all (``None``) and sizes its pre-processing pool as Python's default does, the
+    model of a plain application.
+    """
+
+    policy: str              # "granted" or "framework-default"
+    cores: int               # the core count the plan was sized from
+    intra_op: int | None     # framework intra-op threads (None: the framework chooses)
+    inter_op: int | None     # framework inter-op threads (None: the framework chooses)
+    pre_workers: int         # pre-processing worker threads
+    overlap: bool = True     # pre-processing runs ahead, beside inference (else the stages alternate)
+    post_thread: bool = False  # post-processing on its own thread (else inline after each inference)
+    sharing: str = "split"   # how the granted cores are shared: split, alternate, or unmanaged
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def compute_threads(self) -> int | None:
+        """The most harness compute threads the plan lets run at once (None: not managed)."""
+        if self.intra_op is None:
+            return None
+        if not self.overlap:
+            return max(self.intra_op, self.pre_workers)
+        return self.intra_op + self.pre_workers + int(self.post_thread)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -194,3 +214,8 @@ class App(ABC):
 
     def framework_versions(self) -> dict[str, str]:
         return {}
+
+    @abstractmethod
+    def framework_threads(self) -> dict[str, Any]:
+        """The thread counts the framework really uses, read back from it (``intra_op``,
+        ``inter_op`` and what else it reports)."""

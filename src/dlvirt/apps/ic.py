@@ -10,6 +10,7 @@ post-processing scores.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import App, AppError, ThreadPlan, checked_weights
 from dlvirt.core.kinds import AppKind
 from dlvirt.system.hostinfo import package_versions
+from dlvirt.system import observe
 
 IMAGE_SIZE = 224
 RESIZE_SHORT = 256  # MLPerf: 224 / 87.5 %
@@ -76,8 +78,10 @@ class KerasResNet50:
     def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None) -> None:
         import tensorflow as tf
 
-        tf.config.threading.set_intra_op_parallelism_threads(threads.intra_op)
-        tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
+        if threads.intra_op is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(threads.intra_op)
+        if threads.inter_op is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
         self.gpus = tf.config.list_physical_devices("GPU")
         if processor == "GPU" and not self.gpus:
             raise AppError("scenario asks for GPU but TensorFlow sees no GPU device")
@@ -105,6 +109,17 @@ class KerasResNet50:
         return {"framework": self.framework, "framework_gpus": [d.name for d in self.gpus],
                 "weights_device": str(self.model.weights[0].device), "framework_peak_bytes": peak,
                 "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version")}
+
+    def threads(self) -> dict[str, Any]:
+        """TensorFlow names its inter-op pool's threads tf_Compute (counted here); its intra-op
+        pool is unnamed, and a count it chooses itself (reported as 0) is one per CPU of the
+        affinity (its NumSchedulableCPUs), what ``intra_op_source`` says."""
+        import tensorflow as tf
+
+        configured = tf.config.threading.get_intra_op_parallelism_threads()
+        return {"intra_op": configured or len(os.sched_getaffinity(0)),
+                "intra_op_source": "set" if configured else "TensorFlow default: CPUs in the affinity",
+                "inter_op": observe.thread_names().get("tf_Compute", 0)}
 
     def versions(self) -> dict[str, str]:
         import tensorflow as tf
@@ -143,6 +158,9 @@ class TorchResNet50:
 
     def gpu_state(self) -> dict[str, Any]:
         return torch_runtime.gpu_state(self.model)
+
+    def threads(self) -> dict[str, Any]:
+        return torch_runtime.reported_threads()
 
     def versions(self) -> dict[str, str]:
         return package_versions(("torch",))
@@ -246,6 +264,9 @@ class ImageClassification(App):
 
     def gpu_state(self) -> dict[str, Any]:
         return self.backend.gpu_state()
+
+    def framework_threads(self) -> dict[str, Any]:
+        return self.backend.threads()
 
     def framework_versions(self) -> dict[str, str]:
         return self.backend.versions()

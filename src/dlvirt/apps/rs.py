@@ -356,5 +356,8 @@ class Recommendation(App):
     def gpu_state(self) -> dict[str, Any]:
         return torch_runtime.gpu_state(self.model)
 
+    def framework_threads(self) -> dict[str, Any]:
+        return torch_runtime.reported_threads()
+
     def framework_versions(self) -> dict[str, str]:
         return package_versions(("torch",))

@@ -6,6 +6,7 @@ session builds several apps), asking for another size is an error rather than a 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,13 @@ from dlvirt.apps.base import AppError, ThreadPlan
 
 
 def configure(threads: ThreadPlan, processor: str) -> Any:
-    """Apply ``threads`` to PyTorch and return the ``torch.device`` the scenario's processor names."""
+    """Apply ``threads`` to PyTorch (nothing where the plan leaves a count to PyTorch) and return
+    the ``torch.device`` the scenario's processor names."""
     import torch
 
-    torch.set_num_threads(threads.intra_op)
-    if torch.get_num_interop_threads() != threads.inter_op:
+    if threads.intra_op is not None:
+        torch.set_num_threads(threads.intra_op)
+    if threads.inter_op is not None and torch.get_num_interop_threads() != threads.inter_op:
         try:
             torch.set_num_interop_threads(threads.inter_op)
         except RuntimeError as err:
@@ -28,6 +31,14 @@ def configure(threads: ThreadPlan, processor: str) -> Any:
             raise AppError("scenario asks for GPU but PyTorch sees no CUDA device")
         return torch.device("cuda")
     return torch.device("cpu")
+
+
+def reported_threads() -> dict[str, Any]:
+    """PyTorch's own thread counts (intra-op is OpenMP's pool size in its OpenMP build)."""
+    import torch
+
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+            "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS")}
 
 
 def load_state_dict(path: Path, setting: str) -> dict[str, Any]:

@@ -140,7 +140,7 @@ class JobSpec(Record):
     scenario: Scenario
     repetitions: int | dict[str, Any]  # a fixed count, or adaptive {min, max, rel_ci95} (run.repetitions)
     warmup_repetitions: int
-    threads: str                    # thread-pool sizing policy: granted | naive
+    threads: str                    # thread plan: granted | framework-default (naive: its older name)
     timeout_s: float
     batch_size: int
     loadgen: dict[str, Any]
@@ -150,6 +150,7 @@ class JobSpec(Record):
     allow_emulation: bool
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
     replicate: int = 1                  # the launch's round in the study's interleaved order
+    pipeline: str = "overlapped"    # harness.pipeline: overlapped | sequential
 
 
 @dataclass(frozen=True)
@@ -170,13 +171,15 @@ class HarnessJob(Record):
     dataset_dir: str
     run_id: str
     dlbs: dict[str, Any] | None = None
+    pipeline: str = "overlapped"
 
     @classmethod
     def of(cls, spec: JobSpec, dataset_dir: str, run_id: str) -> HarnessJob:
         return cls(tool=spec.tool, app=spec.app, scenario=spec.scenario, scenario_name=spec.scenario.name,
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
-                   app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs)
+                   app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
+                   pipeline=spec.pipeline)
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,9 @@ class Repetition(Record):
 
     repetition: int
     e2e_s: float                    # E2E wall time (tool dlbs: the timed batches only)
-    phases: dict[str, float]        # pre_s, infer_s, post_s (tool dlbs: infer_s only)
+    # busy wall time pre_s, infer_s, post_s (tool dlbs: infer_s only), CPU time pre_cpu_s,
+    # infer_cpu_s (None: not ours to read), post_cpu_s, and stall_s (harness.OfflinePipeline)
+    phases: dict[str, float | None]
     samples: int
     batches: int
     samples_per_s: float | None
@@ -198,9 +203,10 @@ class Repetition(Record):
     loadgen: dict[str, Any] | None = None  # tool mlperf: LoadGen's verdict and settings
     dlbs: dict[str, Any] | None = None     # tool dlbs: the DLBS parameters and results
     gpu: dict[str, Any] | None = None      # GPU scenarios: devices, framework state, sampled use (system.gpu)
+    telemetry: dict[str, Any] | None = None  # CFS throttling, steal, context switches (system.observe)
 
     @classmethod
-    def measured(cls, repetition: int, e2e_s: float, phases: dict[str, float], samples: int, batches: int,
+    def measured(cls, repetition: int, e2e_s: float, phases: dict[str, float | None], samples: int, batches: int,
                  observed: dict[str, Any], threads: dict[str, Any], quality: dict[str, Any],
                  started: datetime, finished: datetime, *, loadgen: dict[str, Any] | None = None,
                  dlbs: dict[str, Any] | None = None) -> Repetition:
@@ -225,6 +231,7 @@ class HarnessOutput(Record):
     versions: dict[str, Any]
     repetitions: dict[str, Any] | None = None  # asked, ran, why it stopped, rel_ci95 (run.repetitions)
     stack: dict[str, Any] | None = None  # the Python stack the harness ran on (hostinfo.python_stack)
+    code: dict[str, Any] | None = None   # the code that measured (core.codeversion)
 
 
 @dataclass(frozen=True)
@@ -257,3 +264,5 @@ class JobResult(Record):
     # where the job ran: PIN its placement (cpus, mems, sockets, nodes, policy); VNL the NUMA nodes
     # its threads were seen on (ran_on_nodes); absent in results written before placement existed
     placement: dict[str, Any] | None = None
+    code: dict[str, Any] | None = None   # the harness's code version (core.codeversion); absent in older results
+    runner_code: dict[str, Any] | None = None  # the runner's: the two must agree to be summarised

@@ -46,6 +46,10 @@ class Expected:
     mems: tuple[int, ...] | None = None    # the memory nodes it may allocate on (Mems_allowed_list)
     sockets: int | None = None             # sockets its CPUs span, on the topology it sees
     nodes: int | None = None               # NUMA nodes its CPUs span, on the topology it sees
+    quota_at_least: float | None = None    # no CFS quota over the harness (its own, an enclosing one) below this
+    in_vm: bool | None = None              # the harness runs in a virtual machine
+    pci_bus: bool | None = None            # it sees PCI devices (a PC-type VM) or none (a microVM)
+    kernel: str | None = None              # the kernel release it runs on (a guest's own kernel)
 
 
 def _cpu_cgroup_paths(cgroup: dict[str, str]) -> list[str]:
@@ -69,7 +73,19 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
         if (got is None) != (want is None) or (got is not None and want is not None
                                                 and not math.isclose(got, want, rel_tol=1e-3)):
             problems.append(f"CFS quota {got} cores != requested {want}")
+    floor, got_quota = expected.quota_at_least, observed["quota_cores"]
+    if floor is not None and got_quota is not None and got_quota < floor - 1e-6:
+        problems.append(f"the harness lives under a CFS quota of {got_quota:g} cores, fewer than the {floor:g} "
+                        "asked (an enclosing cgroup limits the runner)")
     virt = observed["virtualization"]
+    if expected.in_vm is not None and (virt["vm"] != "none") != expected.in_vm:
+        problems.append(f"virtualization {virt['vm']!r}: expected {'a' if expected.in_vm else 'no'} VM")
+    if expected.pci_bus is not None and "pci_devices" in observed and \
+            (observed["pci_devices"] > 0) != expected.pci_bus:
+        problems.append(f"{observed['pci_devices']} PCI devices: expected "
+                        f"{'a PCI bus (a PC-type VM)' if expected.pci_bus else 'none (a microVM has no PCI bus)'}")
+    if expected.kernel is not None and observed.get("kernel") != expected.kernel:
+        problems.append(f"kernel {observed.get('kernel')!r} != the guest's {expected.kernel!r}")
     if expected.container is not None and virt["container"] != expected.container:
         problems.append(f"container type {virt['container']!r} != expected {expected.container!r}")
     if expected.vm is not None and virt["vm"] != expected.vm:

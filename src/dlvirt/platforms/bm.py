@@ -94,11 +94,12 @@ class BareMetal(Platform):
         return HarnessOutput.read(out_dir / "harness.json")
 
     def expected(self) -> Expected:
-        quota = self.host_quota
-        if not self.scenario.pinned:
-            quota = float(self.scenario.cores) if quota is None else min(quota, float(self.scenario.cores))
+        # PIN: the runner's own quota, if any, carries over; VNL: ours is the tightest. Either way
+        # no quota above the harness may grant fewer cores than asked.
+        cores = float(self.scenario.cores)
         placed = self.placement
-        return Expected(affinity=self.cpus, nproc=len(self.cpus), quota_cores=quota,
+        return Expected(affinity=self.cpus, nproc=len(self.cpus),
+                        quota_cores=self.host_quota if self.scenario.pinned else cores, quota_at_least=cores,
                         container=self.host_virt["container"], vm=self.host_virt["vm"], mems=self.mems,
                         sockets=placed.sockets if placed else None, nodes=placed.nodes if placed else None)
 

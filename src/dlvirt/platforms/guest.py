@@ -186,6 +186,9 @@ class GuestPlatform(Platform):
     path_settings = {"image_dir": "dir", "kernel": "file", "initrd": "file"}
     guest_memory_settings = ("memory_mib",)
     guest_python: ClassVar[str] = f"{guestimage.GUEST_VENV}/bin/python"
+    # PC-type machines (libvirt's q35/pc) have a PCI bus; QEMU's microvm and Firecracker do not:
+    # how a VM and an MVM are told apart from inside
+    pci_bus: ClassVar[bool] = True
 
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
         super().__init__(scenario, config, workdir, run_id)
@@ -367,7 +370,15 @@ class GuestPlatform(Platform):
     def expected(self) -> Expected:
         cpus = tuple(range(self.vcpus))
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus, quota_cores=None,
-                        container="none", vm=VM_TYPE[self.accel])
+                        container="none", vm=VM_TYPE[self.accel], in_vm=True, pci_bus=self.pci_bus,
+                        kernel=self.guest_kernel())
+
+    def guest_kernel(self) -> str | None:
+        """The kernel release the guest boots: its image's, unknown (None) for a user's kernel."""
+        if self.config.get("kernel"):
+            return None
+        release = self.boot_files.image.get("kernel")
+        return str(release) if release else None
 
     def teardown(self) -> None:
         self._stop_vmm()

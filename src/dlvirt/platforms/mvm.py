@@ -62,6 +62,7 @@ def firecracker_config(*, vcpus: int, memory_mib: int, kernel: Path, initrd: Pat
 
 
 class MicroVM(GuestPlatform):
+    pci_bus = False
     kind = PlatformKind(name="MVM", title="micro-VM: Firecracker or QEMU's microvm machine", order=4, colour=4,
                         virtualised=True, image="full",
                         # paper §III: MVM is evaluated VNL/CPU only

@@ -90,7 +90,8 @@ class ContainerInVM(VirtualMachine):
         cpus = tuple(range(self.vcpus))
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus,
                         quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
-                        container="docker", vm=None,
+                        # the container cannot name its hypervisor, but sees that it is in the guest
+                        container="docker", vm=None, in_vm=True, pci_bus=True, kernel=self.guest_kernel(),
                         memory_limit_bytes=memory_bytes(self.config.get("container_memory", "8g")),
                         **self.guest_span())
 

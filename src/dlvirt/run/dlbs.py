@@ -194,6 +194,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     title = str(app.model_provenance()["model"]) if dlbs_model is None else dlbs_model
     params = experiment(job, app.framework, dlbs_model or model_id(title))
     started = datetime.now(UTC)
+    cpu_start = time.process_time()
     if dlbs_model is None:
         times_ms = _time_ours(app, params)
         backend = "dlvirt"
@@ -210,8 +211,12 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     summary = results(params, times_ms)
     return Repetition.measured(
         repetition=rep, e2e_s=infer_s,  # model-only: the timed batches, nothing else
-        phases={"infer_s": infer_s}, samples=samples, batches=len(times_ms), observed=observed,
-        threads={**app.threads.to_dict(), "process_threads_peak": observe.process_threads()},
+        # model-only: no pre- or post-processing ran; CPU over all its batches (warm-up ones included);
+        # the experimenter runs in another process: its CPU is not ours to read
+        phases={"infer_s": infer_s, "pre_cpu_s": 0.0, "post_cpu_s": 0.0, "stall_s": 0.0,
+                "infer_cpu_s": time.process_time() - cpu_start if dlbs_model is None else None},
+        samples=samples, batches=len(times_ms), observed=observed,
+        threads=app.threads.to_dict(),  # the harness adds what the framework reports
         quality={}, started=started, finished=finished,
         dlbs={"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
               **{k: summary[k] for k in ("results.time", "results.time_std", "results.throughput")}})

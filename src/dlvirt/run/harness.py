@@ -2,10 +2,16 @@
 
 ``python -m dlvirt.run.harness JOB.json OUT_DIR`` loads the app once, then runs each repetition as one
 MLPerf LoadGen Offline test (PerformanceOnly). LoadGen issues the whole workload as one query; the
-pipeline reads and pre-processes samples on a worker pool sized to the cores the platform grants,
-overlapping inference, and post-processes each batch on its own thread before completing its samples
-with LoadGen. E2E is the wall time from the query's issue to the last completion; each phase's time
-is the sum of the time spent in that phase's calls (phases overlap, so they add up to more than E2E).
+pipeline reads and pre-processes samples on a worker pool, infers batches and post-processes them
+before completing their samples with LoadGen. E2E is the wall time from the query's issue to the
+last completion.
+
+``harness.pipeline`` says whether the stages overlap: ``overlapped`` pre-processes ahead while
+inference runs (the E2E an application would see); ``sequential`` pre-processes a batch, infers it,
+post-processes it, then the next, so the three stages' busy times add up to E2E (the decomposition
+the phase figures show). Per stage a repetition records its *busy* wall time (the union of its
+calls' intervals, not a sum over threads), its CPU time, and ``stall_s``, the time inference waited
+for pre-processed samples; see ``ThreadPlan`` for how threads share the granted cores.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
+from dlvirt.core.codeversion import code_version
 from dlvirt.core.interval import relative_half_width
 from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run import dlbs
@@ -35,19 +42,74 @@ from dlvirt.run.repetitions import stop_reason
 from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
 
+POLICIES = ("granted", "framework-default")
+PIPELINES = ("overlapped", "sequential")
 
-def plan_threads(policy: str, observed: dict[str, Any]) -> ThreadPlan:
-    """Size thread pools from what the platform grants (affinity, CFS quota), or naively from
-    ``os.cpu_count()`` as many applications do (which oversubscribes under a CFS quota)."""
+
+class ThreadPlanError(RuntimeError):
+    """The framework runs other thread counts than the granted plan set."""
+
+
+def granted_cores(observed: dict[str, Any]) -> int:
+    """The cores the platform grants: the affinity, capped by the CFS quota."""
+    cores = int(observed["nproc"])
+    quota = observed["quota_cores"]
+    if quota is not None:
+        cores = max(1, min(cores, math.ceil(quota - 1e-9)))
+    return cores
+
+
+def plan_threads(policy: str, observed: dict[str, Any], pipeline: str = "overlapped") -> ThreadPlan:
+    """The thread plan of ``policy`` ("naive" is the older name of framework-default)."""
     if policy == "naive":
-        cores = os.cpu_count() or 1
-    else:
-        cores = int(observed["nproc"])
-        quota = observed["quota_cores"]
-        if quota is not None:
-            cores = max(1, min(cores, math.ceil(quota - 1e-9)))
-    return ThreadPlan(policy=policy, cores=cores, intra_op=cores, inter_op=1 if cores < 4 else 2,
-                      pre_workers=cores)
+        policy = "framework-default"
+    if policy not in POLICIES or pipeline not in PIPELINES:
+        raise ValueError(f"harness.threads {policy!r} / harness.pipeline {pipeline!r}: expected one of "
+                         f"{POLICIES} / {PIPELINES}")
+    cores = granted_cores(observed)
+    overlap = pipeline == "overlapped"
+    if policy == "framework-default":
+        # ThreadPoolExecutor's own default size, as a plain application's pool would be
+        workers = min(32, (os.cpu_count() or 1) + 4)
+        return ThreadPlan(policy=policy, cores=cores, intra_op=None, inter_op=None, pre_workers=workers,
+                          overlap=overlap, post_thread=overlap, sharing="unmanaged")
+    if overlap and cores >= 2:
+        return ThreadPlan(policy=policy, cores=cores, intra_op=cores - 1, inter_op=1, pre_workers=1,
+                          overlap=True, post_thread=False, sharing="split")
+    # one core cannot be split: the stages take turns on all granted cores
+    return ThreadPlan(policy=policy, cores=cores, intra_op=cores, inter_op=1, pre_workers=cores,
+                      overlap=False, post_thread=False, sharing="alternate")
+
+
+def check_framework_threads(plan: ThreadPlan, reported: dict[str, Any]) -> None:
+    """A granted plan holds only if the framework runs the counts it set."""
+    wrong = [f"{key} {reported.get(key)} != planned {getattr(plan, key)}" for key in ("intra_op", "inter_op")
+             if getattr(plan, key) is not None and reported.get(key) != getattr(plan, key)]
+    if wrong:
+        raise ThreadPlanError("the framework does not run the granted thread plan: " + ", ".join(wrong))
+
+
+class StageClock:
+    """One pipeline stage's busy wall time (union of its calls' intervals) and CPU time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.intervals: list[tuple[float, float]] = []
+        self.cpu_s = 0.0
+
+    def record(self, start: float, end: float, cpu_s: float) -> None:
+        with self.lock:
+            self.intervals.append((start, end))
+            self.cpu_s += cpu_s
+
+    def busy_s(self) -> float:
+        busy = 0.0
+        reach = -math.inf
+        for start, end in sorted(self.intervals):
+            if end > reach:
+                busy += end - max(start, reach)
+                reach = end
+        return busy
 
 
 def parse_loadgen_detail(path: Path) -> dict[str, Any]:
@@ -69,15 +131,16 @@ class OfflinePipeline:
 
     def __init__(self, app: App, batch_size: int, lg: Any) -> None:
         self.app = app
+        self.plan = app.threads
         self.batch_size = batch_size
         self.lg = lg
-        self.lock = threading.Lock()
-        self.pre_s = 0.0
-        self.infer_s = 0.0
-        self.post_s = 0.0
+        self.pre = StageClock()
+        self.infer = StageClock()
+        self.post = StageClock()
+        self.stall_s = 0.0
+        self.process_cpu_s = 0.0
         self.samples = 0
         self.batches = 0
-        self.process_threads = 0
         self.issued_at: float | None = None
         self.completed_at: float | None = None
         self.error: BaseException | None = None
@@ -96,11 +159,9 @@ class OfflinePipeline:
 
     # pipeline ------------------------------------------------------------------------------------
     def _preprocess(self, index: int) -> Any:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         item = self.app.preprocess(index)
-        spent = time.perf_counter() - start
-        with self.lock:
-            self.pre_s += spent
+        self.pre.record(start, time.perf_counter(), time.thread_time() - cpu)
         return item
 
     def _complete(self, ids: list[int], answers: list[bytes]) -> None:
@@ -112,15 +173,34 @@ class OfflinePipeline:
         self.completed_at = time.perf_counter()
 
     def _postprocess(self, ids: list[int], indices: list[int], outputs: Any) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         answers = self.app.postprocess(indices, outputs)
-        self.post_s += time.perf_counter() - start  # one post thread: no lock needed
-        self._complete(ids, answers)
+        self._complete(ids, answers)  # reporting the answers to LoadGen is part of post-processing
+        self.post.record(start, time.perf_counter(), time.thread_time() - cpu)
+
+    def _infer_batch(self, batch: list[tuple[int, int, Future[Any]]], post_pool: ThreadPoolExecutor | None,
+                     posts: list[Future[None]]) -> None:
+        waited = time.perf_counter()
+        items = [future.result() for _, _, future in batch]
+        start = time.perf_counter()
+        self.stall_s += start - waited
+        outputs = self.app.infer(items)
+        # the CPU of inference is counted as the process's minus the pre and post threads' (its
+        # framework pools are not our threads), so its clock records wall time only
+        self.infer.record(start, time.perf_counter(), 0.0)
+        self.batches += 1
+        ids, indices = [sid for sid, _, _ in batch], [idx for _, idx, _ in batch]
+        if post_pool is None:
+            self._postprocess(ids, indices, outputs)
+        else:
+            posts.append(post_pool.submit(self._postprocess, ids, indices, outputs))
 
     def _run(self, samples: list[tuple[int, int]]) -> None:
+        cpu_start = time.process_time()
         try:
-            workers = self.app.threads.pre_workers
-            prefetch = max(2 * self.batch_size, 4 * workers)
+            workers = self.plan.pre_workers
+            # overlapped: pre-processing runs this far ahead; sequential: one batch at a time
+            ahead = max(2 * self.batch_size, 4 * workers) if self.plan.overlap else self.batch_size
             with ThreadPoolExecutor(workers, thread_name_prefix="pre") as pre_pool, \
                     ThreadPoolExecutor(1, thread_name_prefix="post") as post_pool:
                 pending: collections.deque[tuple[int, int, Future[Any]]] = collections.deque()
@@ -128,7 +208,7 @@ class OfflinePipeline:
                 posts: list[Future[None]] = []
 
                 def top_up() -> None:
-                    while len(pending) < prefetch:
+                    while len(pending) < ahead:
                         nxt = next(queue, None)
                         if nxt is None:
                             return
@@ -137,15 +217,11 @@ class OfflinePipeline:
                 top_up()
                 while pending:
                     batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
-                    items = [future.result() for _, _, future in batch]
-                    top_up()
-                    start = time.perf_counter()
-                    outputs = self.app.infer(items)
-                    self.infer_s += time.perf_counter() - start
-                    self.batches += 1
-                    ids = [sid for sid, _, _ in batch]
-                    posts.append(post_pool.submit(self._postprocess, ids, [idx for _, idx, _ in batch], outputs))
-                    self.process_threads = max(self.process_threads, observe.process_threads())
+                    if self.plan.overlap:
+                        top_up()
+                    self._infer_batch(batch, post_pool if self.plan.post_thread else None, posts)
+                    if not self.plan.overlap:
+                        top_up()
                 for post in posts:
                     post.result()
                 self.samples = len(samples)
@@ -154,13 +230,46 @@ class OfflinePipeline:
             traceback.print_exc()
             remaining = [sid for sid, _ in samples if sid not in self.completed_ids]
             self._complete(remaining, [b""] * len(remaining))
+        finally:
+            self.process_cpu_s = time.process_time() - cpu_start
 
     def join(self) -> None:
         if self.thread is not None:
             self.thread.join()
 
+    def phases(self) -> dict[str, float | None]:
+        return {"pre_s": self.pre.busy_s(), "infer_s": self.infer.busy_s(), "post_s": self.post.busy_s(),
+                "pre_cpu_s": self.pre.cpu_s, "post_cpu_s": self.post.cpu_s,
+                "infer_cpu_s": max(0.0, self.process_cpu_s - self.pre.cpu_s - self.post.cpu_s),
+                "stall_s": self.stall_s}
 
-def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repetition:
+
+# A derived min_duration_ms asks for this share of the time the workload takes at the estimated
+# rate divided by 1.1 (LoadGen's Offline slack on min_duration x expected_qps, so that it issues the
+# workload and no more): a repetition is VALID unless its rate exceeds the estimate by more than
+# 1.1 / share - 1 = 120 % (a warm-up may well be a third slower than the repetitions after it).
+DERIVED_DURATION_SHARE = 0.5
+
+
+def loadgen_settings(configured: dict[str, Any], workload: int, estimate_qps: float | None) -> dict[str, Any]:
+    """``expected_qps`` and ``min_duration_ms`` as configured, or derived (configured null) from
+    ``estimate_qps``, the rate of the job's previous repetition, so that LoadGen issues exactly the
+    workload and a normal repetition is VALID: it meets a minimum duration that a repetition
+    much faster than the previous one would miss. The first repetition of a job has no estimate:
+    1 sample/s and no minimum duration (the warm-up repetition is that one)."""
+    qps = configured.get("expected_qps")
+    duration = configured.get("min_duration_ms")
+    derived = qps is None or duration is None
+    if qps is None:
+        qps = estimate_qps if estimate_qps else 1.0
+    if duration is None:
+        duration = (math.floor(1000.0 * DERIVED_DURATION_SHARE * workload / (1.1 * qps))
+                    if estimate_qps else 0)
+    return {"expected_qps": float(qps), "min_duration_ms": int(duration), "derived": derived}
+
+
+def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path,
+                   estimate_qps: float | None = None) -> Repetition:
     import mlperf_loadgen as lg
 
     settings_cfg = job.loadgen
@@ -169,13 +278,15 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     observed = observe.observe()
     total = app.sample_count()
     perf_count = min(settings_cfg.get("performance_sample_count") or total, total)
+    workload = int(settings_cfg.get("min_query_count") or total)
+    used = loadgen_settings(settings_cfg, workload, estimate_qps)
 
     settings = lg.TestSettings()
     settings.scenario = lg.TestScenario.Offline
     settings.mode = lg.TestMode.PerformanceOnly
-    settings.min_duration_ms = int(settings_cfg["min_duration_ms"])
-    settings.min_query_count = int(settings_cfg.get("min_query_count") or total)
-    settings.offline_expected_qps = float(settings_cfg["expected_qps"])
+    settings.min_duration_ms = used["min_duration_ms"]
+    settings.min_query_count = workload
+    settings.offline_expected_qps = used["expected_qps"]
     settings.performance_sample_count_override = perf_count
     log_out = lg.LogOutputSettings()
     log_out.outdir = str(rep_dir)
@@ -206,10 +317,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     detail = parse_loadgen_detail(rep_dir / "mlperf_log_detail.txt")
     e2e = pipeline.completed_at - pipeline.issued_at
     return Repetition.measured(
-        repetition=rep, e2e_s=e2e,
-        phases={"pre_s": pipeline.pre_s, "infer_s": pipeline.infer_s, "post_s": pipeline.post_s},
-        samples=pipeline.samples, batches=pipeline.batches, observed=observed,
-        threads={**app.threads.to_dict(), "post_workers": 1, "process_threads_peak": pipeline.process_threads},
+        repetition=rep, e2e_s=e2e, phases=pipeline.phases(), samples=pipeline.samples, batches=pipeline.batches,
+        observed=observed, threads=app.threads.to_dict(),  # main() adds what the framework reports
         quality=quality, started=started, finished=finished,
         loadgen={
             "samples_per_s": detail.get("result_samples_per_second"),
@@ -217,7 +326,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
             "min_duration_met": detail.get("result_min_duration_met"),
             "min_queries_met": detail.get("result_min_queries_met"),
             "performance_sample_count": perf_count,
-            "settings": {k: settings_cfg[k] for k in sorted(settings_cfg)},
+            "settings": {**{k: settings_cfg[k] for k in sorted(settings_cfg)}, **used},
         })
 
 
@@ -233,11 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
-    plan = plan_threads(job.threads, observed)
+    plan = plan_threads(job.threads, observed, job.pipeline)
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan)
     # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
     experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None
-    measure = dlbs.run_repetition if job.tool == "dlbs" else run_repetition
     load_start = time.perf_counter()
     if not experimenter:
         app.load_model()
@@ -246,15 +354,25 @@ def main(argv: list[str] | None = None) -> int:
     # never counted in the statistics.
     warmups: list[Repetition] = []
     runs: list[Repetition] = []
+    estimate_qps: float | None = None
     rep, stopped = 0, None
     while stopped is None:
         is_warmup = rep < job.warmup_repetitions
+        before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
-        with gpu.sampled(job.scenario.processor == "GPU") as sampler:
-            record = measure(app, job, rep, out_dir)
+        with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
+            record = dlbs.run_repetition(app, job, rep, out_dir) if job.tool == "dlbs" else \
+                run_repetition(app, job, rep, out_dir, estimate_qps)
+        telemetry = observe.telemetry(before, observe.counters(), threads)
         # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
         used = None if sampler is None else gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
-        record = dataclasses.replace(record, warmup=is_warmup, gpu=used)
+        reported = {} if experimenter else app.framework_threads()
+        if plan.policy == "granted" and not experimenter:
+            check_framework_threads(plan, reported)
+        record = dataclasses.replace(
+            record, warmup=is_warmup, gpu=used, telemetry=telemetry,
+            threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported})
+        estimate_qps = record.samples_per_s
         print(f"[harness] {job.app} {job.scenario_name} {'warm-up' if is_warmup else 'rep'} {rep}: "
               f"{'model-only' if job.tool == 'dlbs' else 'E2E'} {record.e2e_s:.3f} s, "
               f"{record.samples} samples", flush=True)
@@ -269,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         model_load_s=load_s, dataset=app.dataset_info,
         model=dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
         versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
-        stack=python_stack(),
+        stack=python_stack(), code=code_version(),
     ).write(out_dir / "harness.json")
     return 0
 

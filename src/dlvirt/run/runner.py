@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from dlvirt.core.codeversion import code_version
 from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
@@ -104,7 +105,9 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=harness.runs, warmups=harness.warmups,
             repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
             versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
-            placement=placement_record(described, harness.runs))
+            placement=placement_record(described, harness.runs),
+            # the harness's code measured; the runner's provisioned and verified (normally the same)
+            code=harness.code, runner_code=code_version())
         publish_result(result, output, workdir / "out", loadgen_dir)
         return result
     finally:

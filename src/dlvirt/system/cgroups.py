@@ -192,27 +192,66 @@ def _walk_up(mount: Path, rel: str) -> list[Path]:
     return chain
 
 
-def effective_quota_cores() -> float | None:
-    """The tightest CFS quota (in cores) over this process's cgroup and its ancestors; None if unlimited."""
-    quotas: list[float] = []
+def _quotas() -> list[tuple[Path, float]]:
+    """Each CPU cgroup from this process's own up to the root that sets a CFS quota, with it in cores."""
+    quotas: list[tuple[Path, float]] = []
     root = _v2_root()
     if root is not None:
         for directory in _walk_up(root, _own_path(None)):
             with contextlib.suppress(OSError):
                 quota, period = (directory / "cpu.max").read_text().split()
                 if quota != "max":
-                    quotas.append(int(quota) / int(period))
+                    quotas.append((directory, int(quota) / int(period)))
     else:
         base = _v1_dir("cpu")
         if base is None:
-            return None
+            return []
         for directory in _walk_up(base, _own_path("cpu")):
             with contextlib.suppress(OSError, ValueError):
                 quota_us = int((directory / "cpu.cfs_quota_us").read_text())
                 period_us = int((directory / "cpu.cfs_period_us").read_text())
                 if quota_us > 0:
-                    quotas.append(quota_us / period_us)
+                    quotas.append((directory, quota_us / period_us))
+    return quotas
+
+
+def effective_quota_cores() -> float | None:
+    """The tightest CFS quota (in cores) over this process's cgroup and its ancestors; None if unlimited."""
+    quotas = [cores for _, cores in _quotas()]
     return min(quotas) if quotas else None
+
+
+def throttling_cgroup() -> Path | None:
+    """The CPU cgroup whose quota limits this process (the tightest), else its own CPU cgroup."""
+    quotas = _quotas()
+    if quotas:
+        return min(quotas, key=lambda item: item[1])[0]
+    root = _v2_root()
+    if root is not None:
+        return _walk_up(root, _own_path(None))[0]
+    base = _v1_dir("cpu")
+    return None if base is None else _walk_up(base, _own_path("cpu"))[0]
+
+
+def cpu_stat(directory: Path | None = None) -> dict[str, float] | None:
+    """CFS bandwidth counters of ``directory`` (default: ``throttling_cgroup()``): ``nr_periods``,
+    ``nr_throttled`` and ``throttled_s`` (v1 ``throttled_time`` ns, v2 ``throttled_usec``); None
+    where there is no cpu.stat to read."""
+    directory = throttling_cgroup() if directory is None else directory
+    if directory is None:
+        return None
+    try:
+        fields = dict(line.split() for line in (directory / "cpu.stat").read_text().splitlines() if line.strip())
+    except (OSError, ValueError):
+        return None
+    if "throttled_usec" in fields:
+        throttled_s = int(fields["throttled_usec"]) / 1e6
+    elif "throttled_time" in fields:
+        throttled_s = int(fields["throttled_time"]) / 1e9
+    else:  # v2 without the cpu controller enabled: no bandwidth counters
+        return None
+    return {"nr_periods": float(fields.get("nr_periods", 0)), "nr_throttled": float(fields.get("nr_throttled", 0)),
+            "throttled_s": throttled_s}
 
 
 def effective_memory_limit_bytes() -> int | None:

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups, topology
+from dlvirt.system import cgroups, observe, topology
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,26 @@ def slurm_allocation() -> dict[str, Any] | None:
             "partition": os.environ.get("SLURM_JOB_PARTITION")}
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_frequency(root: Path = Path("/sys/devices/system/cpu")) -> dict[str, Any]:
+    """The frequency scaling of CPU 0: driver, governor, and whether boost/turbo is on (None where
+    the kernel exposes no cpufreq, as in most VMs: the hypervisor decides the clock)."""
+    policy = root / "cpu0" / "cpufreq"
+    boost: bool | None = None
+    if (text := _read(root / "cpufreq" / "boost")) is not None:
+        boost = text == "1"
+    elif (text := _read(root / "intel_pstate" / "no_turbo")) is not None:
+        boost = text == "0"
+    return {"driver": _read(policy / "scaling_driver"), "governor": _read(policy / "scaling_governor"),
+            "boost": boost, "max_khz": _read(policy / "cpuinfo_max_freq")}
+
+
 def facts() -> dict[str, Any]:
     caps = capabilities()
     uname = platform.uname()
@@ -192,8 +212,11 @@ def facts() -> dict[str, Any]:
         "numa_nodes": topo["numa_nodes"],
         "threads_per_core": topo["threads_per_core"],
         "kernel": uname.release,
+        "cpu_frequency": cpu_frequency(),
         "os": _os_release(),
         "in_container": os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"),
+        # the "bare metal" may itself be a VM or a container: then BM rows do not measure bare metal
+        "virtualization": observe.virtualization(),
         "capabilities": caps.to_dict(),
         "python": sys.version.split()[0],
         "packages": package_versions(),

@@ -6,12 +6,16 @@ host compares it with the platform's expectation (``platforms.base.verify``).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import platform
+import resource
 import shutil
 import subprocess
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from dlvirt.system import cgroups, topology
 
@@ -115,6 +119,7 @@ def observe() -> dict[str, Any]:
         "memory_limit_bytes": cgroups.effective_memory_limit_bytes(),
         "image": image_tag(),
         "virtualization": virtualization(),
+        "pci_devices": pci_devices(),
         "kernel": platform.release(),
         "hostname": platform.node(),
         "arch": platform.machine(),
@@ -123,3 +128,113 @@ def observe() -> dict[str, Any]:
 
 def process_threads() -> int:
     return len(os.listdir("/proc/self/task"))
+
+
+def thread_names() -> collections.Counter[str]:
+    """How many of this process's threads carry each name (/proc/self/task/*/comm)."""
+    names: collections.Counter[str] = collections.Counter()
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            names[Path(f"/proc/self/task/{tid}/comm").read_text().strip()] += 1
+    return names
+
+
+def pci_devices() -> int:
+    """PCI devices the kernel sees: none on QEMU's microvm machine and on Firecracker (virtio-mmio
+    only), some on every PC-type VM and on bare metal."""
+    try:
+        return len(os.listdir("/sys/bus/pci/devices"))
+    except OSError:
+        return 0
+
+
+def _proc_stat_cpu() -> list[int]:
+    """The aggregate ``cpu`` line of /proc/stat: user nice system idle iowait irq softirq steal ... (ticks)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            return [int(v) for v in line.split()[1:]]
+    return []
+
+
+def counters() -> dict[str, Any]:
+    """Cumulative counters a repetition's telemetry is the difference of (``telemetry``)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_stat": cgroups.cpu_stat(), "proc_stat": _proc_stat_cpu(),
+            "voluntary_ctx": usage.ru_nvcsw, "involuntary_ctx": usage.ru_nivcsw}
+
+
+def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSampler | None = None) -> dict[str, Any]:
+    """What the kernel did to this process between two ``counters()``: CFS throttling of the cgroup
+    that limits it, steal time (non-zero only in a guest whose host took time from its vCPUs),
+    context switches, and, from ``sampler``, the CPUs its threads ran on."""
+    found: dict[str, Any] = {"voluntary_ctx": after["voluntary_ctx"] - before["voluntary_ctx"],
+                             "involuntary_ctx": after["involuntary_ctx"] - before["involuntary_ctx"]}
+    if before["cpu_stat"] is not None and after["cpu_stat"] is not None:
+        found.update({key: after["cpu_stat"][key] - before["cpu_stat"][key]
+                      for key in ("nr_periods", "nr_throttled", "throttled_s")})
+    else:
+        found.update({"nr_periods": None, "nr_throttled": None, "throttled_s": None})
+    ticks = [b - a for a, b in zip(before["proc_stat"], after["proc_stat"], strict=False)]
+    # /proc/stat's guest columns (9, 10) are already inside user/nice: leave them out of the total
+    total = sum(ticks[:8])
+    found["steal_pct"] = 100.0 * ticks[7] / total if len(ticks) > 7 and total > 0 else None
+    if sampler is not None:
+        found.update(sampler.summary())
+    return found
+
+
+class ThreadSampler:
+    """Samples this process's threads every ``interval_s`` while running: the CPUs they ran on, the
+    peak of threads and the peak of runnable ones (state R, the sampler itself not counted), and
+    how many threads used CPU between their first and last sample (``busy_threads``)."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s = interval_s
+        self.cpus: set[int] = set()
+        self.runnable_peak = 0
+        self.threads_peak = 0
+        self.samples = 0
+        self.first_ticks: dict[int, int] = {}
+        self.last_ticks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dlvirt-sampler", daemon=True)
+
+    def _sample(self, own: int) -> None:
+        runnable = 0
+        tasks = os.listdir("/proc/self/task")
+        for tid in tasks:
+            if int(tid) == own:
+                continue
+            try:
+                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            except OSError:  # the thread ended between listing and reading
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            runnable += fields[0] == "R"
+            self.cpus.add(int(fields[36]))  # field 39 of stat: the CPU it last ran on
+            ticks = int(fields[11]) + int(fields[12])  # utime + stime
+            self.first_ticks.setdefault(int(tid), ticks)
+            self.last_ticks[int(tid)] = ticks
+        self.runnable_peak = max(self.runnable_peak, runnable)
+        self.threads_peak = max(self.threads_peak, len(tasks))
+        self.samples += 1
+
+    def _loop(self) -> None:
+        own = threading.get_native_id()
+        while True:
+            self._sample(own)
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        return {"cpus_ran_on": sorted(self.cpus), "threads_peak": self.threads_peak,
+                "runnable_peak": self.runnable_peak, "thread_samples": self.samples,
+                "busy_threads": sum(self.last_ticks[t] > first for t, first in self.first_ticks.items())}

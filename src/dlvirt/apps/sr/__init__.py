@@ -197,5 +197,8 @@ class SpeechRecognition(App):
                                 "max_symbols_per_step": self.max_symbols}
         return provenance
 
+    def framework_threads(self) -> dict[str, Any]:
+        return torch_runtime.reported_threads()
+
     def framework_versions(self) -> dict[str, str]:
         return package_versions(("torch",))
