@@ -150,7 +150,7 @@ class JobSpec(Record):
     allow_emulation: bool
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
     replicate: int = 1                  # the launch's round in the study's interleaved order
-    pipeline: str = "overlapped"    # harness.pipeline: overlapped | sequential
+    pipeline: str | None = None     # harness.pipeline: overlapped | sequential (None: overlapped)
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ class HarnessJob(Record):
     dataset_dir: str
     run_id: str
     dlbs: dict[str, Any] | None = None
-    pipeline: str = "overlapped"
+    pipeline: str | None = None
 
     @classmethod
     def of(cls, spec: JobSpec, dataset_dir: str, run_id: str) -> HarnessJob:

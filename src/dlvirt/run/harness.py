@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
-    plan = plan_threads(job.threads, observed, job.pipeline)
+    plan = plan_threads(job.threads, observed, job.pipeline or "overlapped")
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan)
     # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
     experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None
