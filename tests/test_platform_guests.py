@@ -100,7 +100,7 @@ def test_default_config_leaves_emulated_guests_out_with_a_reason():
     caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=True, hw_virt=False, qemu=True,
                         libvirt=True, cgroup_version=1)
     config = {"allow_emulation": False, "platforms": {"VM": {}, "MVM": {}, "CN": {}},
-              "study": {"apps": ["ic"], "tools": ["mlperf"],
+              "study": {"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1,
                         "matrix": [{"platforms": ["VM", "MVM"], "cores": [1], "pinning": ["VNL"],
                                     "processors": ["CPU"]}]},
               "apps": {"ic": {}}}

@@ -7,10 +7,10 @@ rule summarise_app:
         SUMMARY_FILE,
     log:
         "results/logs/summary/{tool}/{app}.log",
-    params:
-        mixed="--allow-mixed-code" if config["allow_mixed_code"] else "",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        mixed="--allow-mixed-code" if config["allow_mixed_code"] else "",
     shell:
         "python -m dlvirt aggregate {params.mixed} --output {output:q} {input:q} > {log:q} 2>&1"
 

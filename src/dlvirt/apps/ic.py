@@ -19,8 +19,8 @@ import numpy as np
 from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import App, AppError, ThreadPlan, checked_weights
 from dlvirt.core.kinds import AppKind
-from dlvirt.system.hostinfo import package_versions
 from dlvirt.system import observe
+from dlvirt.system.hostinfo import package_versions
 
 IMAGE_SIZE = 224
 RESIZE_SHORT = 256  # MLPerf: 224 / 87.5 %
