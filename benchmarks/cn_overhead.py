@@ -20,25 +20,23 @@ import tempfile
 from pathlib import Path
 
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.core.records import JobResult
 from dlvirt.platforms import container_image
 from dlvirt.platforms.cn import Container
 from dlvirt.run.runner import run_job
 from dlvirt.system import engines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness_overhead import settings  # noqa: E402 - the same IC settings as the other benchmark
+from jobs import job_spec, settings  # noqa: E402 - the same IC settings as the other benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
 CN_SETTINGS = {"memory": "8g", "gpus": "all", "debian_mirror": None, "image": None,
                "engine": {"host": None, "data_root": "/var/lib/dlvirt/docker"}}
 
 
-def run(platform: str, cores: int, cfg: dict, dataset: Path, work: Path, reps: int, image: str) -> dict:
-    spec = {"tool": "mlperf", "app": "ic", "repetitions": reps, "warmup_repetitions": 1, "threads": "granted",
-            "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"], "app_settings": cfg,
-            "dataset_dir": str(dataset), "allow_emulation": False,
-            "platform_settings": {**CN_SETTINGS, "image": image} if platform == "CN" else {},
-            "scenario": {"platform": platform, "cores": cores, "pinning": "PIN", "processor": "CPU"}}
+def run(platform: str, cores: int, cfg: dict, dataset: Path, work: Path, reps: int, image: str) -> JobResult:
+    spec = job_spec("ic", cfg, dataset, f"{platform}/{cores}/PIN/CPU", reps,
+                    platform_settings={**CN_SETTINGS, "image": image} if platform == "CN" else {})
     return run_job(spec, work / f"{platform}.json", work / f"loadgen-{platform}")
 
 
@@ -64,9 +62,9 @@ def main() -> None:
             for _ in range(args.rounds):
                 for platform in ("BM", "CN"):
                     result = run(platform, args.cores, cfg, dataset, Path(tmp), args.reps, image)
-                    e2e[platform] += [r["e2e_s"] for r in result["runs"]]
+                    e2e[platform] += [r.e2e_s for r in result.runs]
                     if platform == "CN":
-                        start_to_harness.append(result["platform"]["start_to_harness_s"])
+                        start_to_harness.append(result.platform["start_to_harness_s"])
     finally:
         for daemon in daemons:
             engines.release(daemon.name, os.getpid())

@@ -30,6 +30,7 @@ from dlvirt.analysis.aggregate import summarise_launches
 from dlvirt.apps import app_class
 from dlvirt.run.runner import run_job
 from dlvirt.system.hostinfo import node_identity
+from jobs import job_spec  # benchmarks/jobs.py: the spec every benchmark script builds
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -72,11 +73,7 @@ def app_settings(app: str, ic_framework: str) -> dict[str, Any]:
 
 def run(app: str, settings: dict[str, Any], dataset: Path, work: Path, cores: int, processor: str,
         reps: int) -> dict[str, Any]:
-    spec = {"tool": "mlperf", "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": "granted",
-            "timeout_s": 3600, "batch_size": settings["batch_size"], "loadgen": settings["loadgen"],
-            "app_settings": settings, "dataset_dir": str(dataset), "platform_settings": {},
-            "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": "PIN", "processor": processor}}
+    spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps)
     out = work / f"{app}-{processor}"
     return summarise_launches([run_job(spec, out / "run.json", out / "loadgen")])
 

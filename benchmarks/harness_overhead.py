@@ -21,22 +21,13 @@ from dlvirt.system import observe
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.run.harness import plan_threads
 from dlvirt.run.runner import run_job
-
-
-def settings(images: int, batch: int) -> dict:
-    return {"batch_size": batch, "seed": 0, "dataset": {"path": None, "count": images, "seed": 0},
-            "weights": {"path": None, "sha256": None},
-            "loadgen": {"min_query_count": images, "min_duration_ms": 0, "expected_qps": 1,
-                        "performance_sample_count": None}}
+from jobs import job_spec, settings
 
 
 def harness_throughput(dataset: Path, work: Path, cfg: dict, cores: int, reps: int) -> list[float]:
-    spec = {"tool": "mlperf", "app": "ic", "repetitions": reps, "warmup_repetitions": 1, "threads": "granted",
-            "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"], "app_settings": cfg,
-            "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": "PIN", "processor": "CPU"}}
+    spec = job_spec("ic", cfg, dataset, f"BM/{cores}/PIN/CPU", reps)
     result = run_job(spec, work / "run.json", work / "loadgen")
-    return [r["samples_per_s"] for r in result["runs"]]
+    return [r.samples_per_s for r in result.runs]
 
 
 def raw_throughput(dataset: Path, cfg: dict, cpus: list[int], reps: int) -> list[float]:

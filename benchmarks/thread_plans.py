@@ -23,12 +23,11 @@ import tempfile
 from pathlib import Path
 
 from dlvirt.apps.ic import ImageClassification
-from dlvirt.core.records import JobSpec
 from dlvirt.run.runner import run_job
 from dlvirt.system.hostinfo import node_identity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness_overhead import settings  # noqa: E402 - the same IC settings as the other benchmarks
+from jobs import job_spec, settings  # noqa: E402 - the same IC settings as the other benchmarks
 
 CONFIGS = [  # (label, threads, pipeline, pinning)
     ("granted split PIN", "granted", "overlapped", "PIN"),
@@ -42,11 +41,8 @@ CONFIGS = [  # (label, threads, pipeline, pinning)
 
 def run(threads: str, pipeline: str, pinning: str, cores: int, cfg: dict, dataset: Path, work: Path,
         reps: int) -> list[dict]:
-    spec = {"tool": "mlperf", "app": "ic", "repetitions": reps, "warmup_repetitions": 1, "threads": threads,
-            "pipeline": pipeline, "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"],
-            "app_settings": cfg, "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}}
-    return [r.to_dict() for r in run_job(JobSpec.from_dict(spec), work / "run.json", work / "loadgen").runs]
+    spec = job_spec("ic", cfg, dataset, f"BM/{cores}/{pinning}/CPU", reps, threads=threads, pipeline=pipeline)
+    return [r.to_dict() for r in run_job(spec, work / "run.json", work / "loadgen").runs]
 
 
 def main() -> None:

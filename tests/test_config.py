@@ -1,8 +1,6 @@
 """Config validation through the real workflow (snakemake -n): good configs build, bad ones are
 refused with the offending key named."""
 
-import time
-
 import pytest
 
 from conftest import smoke_config, snakemake, write_config
@@ -15,17 +13,13 @@ def test_default_and_smoke_configs_build(workflow_dir):
     assert "benchmark" in proc.stdout
 
 
-def test_paper_config_builds_fast_and_says_what_it_leaves_out(workflow_dir):
-    start = time.monotonic()
+def test_paper_config_builds_and_says_what_it_leaves_out(workflow_dir):
     proc = snakemake(workflow_dir, "-n", "--configfile", "config/paper.yaml")
-    assert time.monotonic() - start < 10
     assert "left out BM/64/PIN/CPU: 64 cores requested" in proc.stderr
 
 
 def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
-    start = time.monotonic()
     proc = snakemake(workflow_dir, "-n", "--configfile", "config/paper.yaml", "--config", "host_check=false")
-    assert time.monotonic() - start < 10
     assert "left out BM/" not in proc.stderr
     assert "BM/64/PIN/GPU" in proc.stdout or "cores=64" in proc.stdout
 

@@ -148,7 +148,7 @@ def test_passthrough_left_out_reasons_say_what_is_missing(tmp_path):
         "platforms.VM.gpu_pci_address ff:1f.7: no such PCI device on this host"
     # a GPU host (as nvidia-smi would report it) whose settings name no card
     caps = Capabilities(cpus=(0,), gpus=("GPU 0: NVIDIA H200 (UUID: GPU-0)",), kvm_device=True, hw_virt=True,
-                        docker=False, qemu=True, libvirt=True, firecracker=False, cgroup_version=2)
+                        qemu=True, libvirt=True, cgroup_version=2)
     why = VirtualMachine.unavailable_reason(Scenario("VM", 1, "VNL", "GPU"), caps,
                                             {"allow_emulation": True, "platforms": {"VM": {}}})
     assert why == "platforms.VM.gpu_pci_address is not set (the GPU to pass through)"

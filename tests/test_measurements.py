@@ -197,7 +197,7 @@ def test_overhead_is_shown_beside_throttling_and_steal():
         for p, m, t, st in [("BM", 2.0, 1.0, 0.0), ("CN", 2.5, 40.0, 0.0), ("VM", 3.0, None, 12.0)]]
         + [{"tool": "mlperf", "app": "ic", "platform": "CN", "cores": 2, "pinning": "PIN", "processor": "CPU",
             "scenario": "CN/2/PIN/CPU", "mean_s": 1.0}])  # no BM twin: left out
-    table = overhead_beside_mechanism(rows)
+    table = overhead_beside_mechanism(rows, "BM")
     assert list(table["scenario"]) == ["CN/1/VNL/CPU", "VM/1/VNL/CPU"]
     assert list(table["overhead_pct"]) == pytest.approx([25.0, 50.0])
     assert table["throttled_pct"].iloc[0] == 40.0 and table["steal_pct"].iloc[1] == 12.0
@@ -209,16 +209,17 @@ def test_a_host_that_is_itself_virtualized_says_so(tmp_path):
 
     facts = {"cpu_model": "EPYC", "capabilities": {"cores": 2},
              "virtualization": {"vm": "kvm", "container": "docker"}}
-    assert host_virtualization(facts) == "itself a kvm VM and a docker container"
+    assert host_virtualization(facts) == "itself a kvm virtual machine and a docker container"
     assert host_virtualization({"virtualization": {"vm": "none", "container": "none"}}) is None
     assert host_virtualization({}) is None
     path = tmp_path / "host.json"
     path.write_text(json.dumps(facts))
-    assert host_label(path) == "host: EPYC, 2 cores (itself a kvm VM and a docker container: BM is not bare metal)"
+    assert host_label(path) == "host: EPYC, 2 cores (itself a kvm virtual machine and a docker container: its bare-metal rows are not bare metal)"
 
 
 def test_bm_rows_name_what_the_bare_metal_is(tmp_path):
     result = json.loads((FIXTURES / "mlperf-ic-BM-1-VNL-CPU.json").read_text())
+    result["platform"]["virtualised"] = False  # as the runner records it
     for run in result["runs"]:
         run["observed"]["virtualization"] = {"container": "none", "vm": "kvm"}
     row = summarise([write_result(tmp_path, "r.json", result)]).iloc[0]

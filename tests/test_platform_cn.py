@@ -24,6 +24,7 @@ import pytest
 
 from conftest import copy_workflow, smoke_config, snakemake, write_config
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.core.records import JobSpec
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.cn import Container, online_cpus

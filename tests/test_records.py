@@ -17,6 +17,8 @@ def test_result_files_round_trip(path):
     again = JobResult.read(path).to_dict()
     for rep in again["runs"] + again["warmups"]:  # written before warm-ups were marked: the default
         assert rep.pop("warmup") is False
+    # written before replicates: one launch, the default
+    assert again.pop("replicate") == 1 and again["spec"].pop("replicate") == 1
     assert again == document
 
 
@@ -35,8 +37,8 @@ def test_a_malformed_document_names_the_field():
     with pytest.raises(RecordError, match=r"r\.json\.spec: unknown field\(s\) 'repetition'"):
         JobResult.from_dict(bad, "r.json")
     bad = copy.deepcopy(document)
-    bad["scenario"]["platform"] = "XX"
-    with pytest.raises(RecordError, match=r"r\.json\.scenario: not a scenario .*unknown platform 'XX'"):
+    bad["scenario"]["pinning"] = "XX"  # platform names are the registry's, checked where a platform is loaded
+    with pytest.raises(RecordError, match=r"r\.json\.scenario: not a scenario .*unknown pinning 'XX'"):
         JobResult.from_dict(bad, "r.json")
 
 

@@ -188,10 +188,11 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "sockets": max(p["sockets"] for p in placements) if placements else None,
         "numa_nodes": max(p["nodes"] for p in placements) if placements else None,
         "code_version": code,
-        # BM rows: what the "bare metal" itself is, as the harness saw it (vm/container, "none" on bare metal)
+        # rows of a platform that is not virtualised (bare metal): what that "bare metal" itself is, as
+        # the harness saw it (vm/container, "none" on bare metal); None for results that lack the fact
         "host_virtualization": ", ".join(f"{k} {v}" for k, v in sorted(sample.observed["virtualization"].items())
                                          if v != "none") or "none"
-        if scenario.platform == "BM" and "virtualization" in sample.observed else None,
+        if first.platform.get("virtualised") is False and "virtualization" in sample.observed else None,
     }
 
 

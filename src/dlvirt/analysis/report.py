@@ -203,7 +203,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         phase_figures=[e for e in entries if e["phases"]],
         phase_table=_html_table(_phase_table(frame, study)),
         drift_table=_html_table(drift_table(frame)),
-        mechanism_table=_html_table(overhead_beside_mechanism(main_site(frame)) if not frame.empty
+        mechanism_table=_html_table(overhead_beside_mechanism(main_site(frame), study.kinds.baseline) if not frame.empty
                                     else pd.DataFrame()),
         ran=ran.to_dict("records") if not ran.empty else [],
         left_out=sorted(left_out.items()),

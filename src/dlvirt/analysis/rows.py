@@ -97,14 +97,14 @@ def host_label(host_json: str | Path | None) -> str:
     caps = facts.get("capabilities", {})
     label = f"host: {facts.get('cpu_model', '?')}, {caps.get('cores', '?')} cores"
     own = host_virtualization(facts)
-    return f"{label} ({own}: BM is not bare metal)" if own else label
+    return f"{label} ({own}: its bare-metal rows are not bare metal)" if own else label
 
 
 def host_virtualization(facts: dict[str, Any]) -> str | None:
     """What the host running "BM" itself is, when it is a VM or a container (None on bare metal
     and for host facts recorded before this was)."""
     virt = facts.get("virtualization") or {}
-    parts = [f"a {virt['vm']} VM" if virt.get("vm", "none") != "none" else "",
+    parts = [f"a {virt['vm']} virtual machine" if virt.get("vm", "none") != "none" else "",
              f"a {virt['container']} container" if virt.get("container", "none") != "none" else ""]
     found = " and ".join(p for p in parts if p)
     return f"itself {found}" if found else None
@@ -126,22 +126,23 @@ def normalised(rows: pd.DataFrame, by: str, baseline: str) -> tuple[pd.DataFrame
 MECHANISM = ["throttled_pct", "throttled_s", "steal_pct", "ctx_switches"]
 
 
-def overhead_beside_mechanism(rows: pd.DataFrame) -> pd.DataFrame:
-    """Each non-BM row's E2E overhead over BM at the same tool, app, cores, pinning and processor
-    (in %), beside what the kernel recorded for it: CFS throttling and steal time (the paper's
-    explanations of CN and VM overhead) and context switches. Rows without a BM twin are left out."""
+def overhead_beside_mechanism(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Each row's E2E overhead over the ``baseline`` platform (bare metal) at the same tool, app, cores,
+    pinning and processor (in %), beside what the kernel recorded for it: CFS throttling and steal
+    time (the paper's explanations of container and VM overhead) and context switches. Rows without a
+    baseline twin are left out."""
     keys = ["tool", "app", "cores", "pinning", "processor"]
     present = [c for c in MECHANISM if c in rows.columns]
-    bm = rows[rows["platform"] == "BM"].set_index(keys)
+    bm = rows[rows["platform"] == baseline].set_index(keys)
     out = []
-    for _, row in rows[rows["platform"] != "BM"].iterrows():
+    for _, row in rows[rows["platform"] != baseline].iterrows():
         key = tuple(row[k] for k in keys)
         if key not in bm.index:
             continue
         twin = bm.loc[[key]].iloc[0]
         out.append({"app": str(row["app"]).upper(), "tool": row["tool"], "scenario": row["scenario"],
                     "overhead_pct": 100.0 * (row["mean_s"] / twin["mean_s"] - 1.0),
-                    **{c: row[c] for c in present}, **{f"BM {c}": twin[c] for c in present}})
+                    **{c: row[c] for c in present}, **{f"{baseline} {c}": twin[c] for c in present}})
     return pd.DataFrame(out)
 
 

@@ -92,7 +92,8 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
         with cls(scenario, settings, workdir, run_id) as platform:
             harness = platform.run(job, timeout_s=float(spec.timeout_s))
             expected = platform.expected()
-            described = platform.describe()
+            # analysis tells bare metal from the rest by this, without importing a platform
+            described = {**platform.describe(), "virtualised": cls.kind.virtualised}
         require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
         stop = (harness.repetitions or {}).get("stop")
         wrong_count = count_problem(spec.repetitions, len(harness.runs), stop)
