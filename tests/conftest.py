@@ -3,8 +3,10 @@ repository's own results/ and resources/ and can run side by side."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -58,7 +60,16 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 18
 
     Put targets before ``--configfile``: that option takes every following word as a file."""
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=tool_env())
+    # its own process group, so that a test that runs out of time stops the jobs too (their runners
+    # tear their platform down on SIGTERM), not only Snakemake: a timed-out test leaves no guest behind
+    with subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=tool_env(), start_new_session=True) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_group(child)
+            raise
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     if check and proc.returncode != 0:
         logs = ""
         for log in sorted((workdir / "results" / "logs").rglob("*.log")) if (workdir / "results").exists() else []:
@@ -66,6 +77,16 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 18
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-5000:]}\n{proc.stderr[-8000:]}{logs}")
     return proc
+
+
+def stop_group(child: subprocess.Popen[str], grace_s: float = 60) -> None:
+    """SIGTERM to ``child``'s process group, SIGKILL to what is left after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.communicate(timeout=wait_s)
+            return
 
 
 def write_config(path: Path, data: dict) -> Path:
