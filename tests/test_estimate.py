@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from pathlib import Path
 
-from conftest import REPO
+import pytest
 
+from conftest import REPO
 from dlvirt.cli import main
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
-
 
 RECORDED = JobResult.read(Path(__file__).parent / "fixtures" / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
 
@@ -38,3 +39,31 @@ def test_estimate_of_the_paper_matrix_from_this_hosts_runs(tmp_path, monkeypatch
     assert "nothing comparable measured" in lines["CN/2/VNL/CPU"]
     total = out.splitlines()[-1]
     assert total.startswith("total: fixed ") and "adaptive" in total and "unknown" in total
+
+
+def test_plan_records_its_projection_and_a_launch_its_measured_machine_time(tmp_path):
+    """The workflow's plan.json keeps the totals (estimate.totals) of the runs present when it was
+    written; the report sets a launch's measured machine time (warm-ups, repetitions, load, boot) beside it."""
+    from conftest import smoke_config
+    from dlvirt.plan.estimate import estimate, launch_machine_s, read_records, totals, totals_line
+    from dlvirt.plan.planner import expand
+
+    config = smoke_config()
+    config["study"].update({"apps": ["ic"], "tools": ["mlperf"], "repetitions": 3, "warmup_repetitions": 0,
+                            "matrix": [{"platforms": ["BM"], "cores": [1, 2], "pinning": ["PIN"],
+                                        "processors": ["CPU"]}]})
+    plan = expand(config, None)
+    none = totals(config, estimate(config, plan, []), 0)
+    assert none == {"records": 0, "jobs": len(plan.jobs), "unknown_jobs": len(plan.jobs), "fixed_s": 0.0,
+                    "adaptive_s": None}
+    assert totals_line(none).startswith("no run records on this host yet")
+    record(tmp_path / "mlperf/ic/BM/2/PIN/CPU/1.json", "BM/2/PIN/CPU", [4.0, 4.0, 4.0], samples=config["apps"]["ic"]
+           ["loadgen"]["min_query_count"])
+    records = read_records(tmp_path)
+    found = totals(config, estimate(config, plan, records), len(records))
+    assert found["records"] == 1 and found["unknown_jobs"] == 0 and found["fixed_s"] > 0
+    assert "fixed repetitions" in totals_line(found) and "unknown" not in totals_line(found)
+    launch = records[0]
+    took = sum((datetime.fromisoformat(r.finished_utc) - datetime.fromisoformat(r.started_utc)).total_seconds()
+               for r in [*launch.warmups, *launch.runs])
+    assert launch_machine_s(launch) == pytest.approx(2.0 + took)  # model load 2 s, no boot

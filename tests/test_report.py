@@ -29,12 +29,13 @@ def built(tmp_path_factory) -> dict[str, Path]:
     summary, host, gaps = CASES["full"]
     for spec in FIGURES:
         run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", parameters(spec, "full", out))
-    plan = write_plan(out / "plan.json", CASES["partial"][2])
+    plan = write_plan(out / "plan.json", CASES["partial"][2],
+                      estimate={"records": 3, "jobs": 4, "unknown_jobs": 1, "fixed_s": None, "adaptive_s": 5400.0})
     paths = {"summary": summary, "host": host, "plan": plan, "claims": out / "claims.csv",
              "table1": out / "table1.csv", "table2": out / "table2.csv"}
     write_tables(RUNS, host, plan, paths["table1"], paths["table2"])
     write_claims(summary, host, plan, paths["claims"])
-    write_report(out / "report.html", figures={s.id: out / f"{s.id}.png" for s in FIGURES}, **paths)
+    write_report(out / "report.html", figures={s.id: out / f"{s.id}.png" for s in FIGURES}, runs=RUNS, **paths)
     return {**paths, "report": out / "report.html", "dir": out}
 
 
@@ -70,6 +71,10 @@ def test_report_is_self_contained(built):
         assert heading in html
     assert "inputs are synthetic" in html and "random weights" in html
     assert "no GPU on this host" in html  # the plan's left-out reasons
+    # machine time: measured from the run records' repetitions beside what the plan projected
+    assert re.search(rf"Machine time: [0-9.]+ (min|h) measured over {len(RUNS)} launch\(es\)", html)
+    assert "when the plan was written: projected from 3 run record(s): adaptive repetitions 1.50 h, 1 of 4 job(s) unknown" \
+        in html
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",

@@ -214,7 +214,7 @@ def _estimate_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from dlvirt.plan.estimate import estimate, report
+    from dlvirt.plan.estimate import estimate, read_records, report
     from dlvirt.plan.planner import expand
     from dlvirt.system.hostinfo import capabilities
 
@@ -222,7 +222,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("plan: --estimate [FILE ...] is needed (the workflow writes results/plan.json itself)")
     config = _estimate_config(args)
     plan = expand(config, capabilities() if config["host_check"] else None)
-    print(report(config, estimate(config, plan, Path(args.runs))))
+    records = read_records(Path(args.runs))
+    print(report(config, estimate(config, plan, records), len(records)))
     return 0
 
 
@@ -264,7 +265,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     write_report(Path(args.output), figures={Path(p).stem: Path(p) for p in args.figures},
                  summary=Path(args.summary), host=Path(args.host), plan=Path(args.plan), claims=Path(args.claims),
-                 table1=Path(args.table1), table2=Path(args.table2))
+                 table1=Path(args.table1), table2=Path(args.table2), runs=[Path(p) for p in args.runs])
     return 0
 
 
@@ -423,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--claims", required=True)
     p.add_argument("--table1", required=True)
     p.add_argument("--table2", required=True)
+    p.add_argument("--runs", nargs="*", default=[], help="the run records (results/runs/...): their machine time")
     p.add_argument("--output", required=True)
     p.add_argument("figures", nargs="*", help="figure PNGs, named <figure id>.png")
     p.set_defaults(func=_cmd_report)

@@ -27,6 +27,12 @@ from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
 from dlvirt.plan.planner import TOOLS, expand as expand_plan, plan_document  # noqa: E402
+from dlvirt.plan.estimate import (
+    estimate as estimate_jobs,
+    read_records,
+    totals as estimate_totals,
+    totals_line,
+)  # noqa: E402
 from dlvirt.run.interrupt import stop_jobs_on_interrupt  # noqa: E402
 
 # Checksums of configured weights and vocab files, by size and mtime (dlvirt.plan.configcheck).
@@ -68,9 +74,15 @@ PLAN_DOCUMENT = plan_document(config, PLAN, HOST_CAPS.cores if HOST_CAPS else No
 
 
 def write_plan(path, log, document):
-    """results/plan.json from the plan this workflow runs, not from a second planning."""
-    write_json_atomic(path, document)
-    Path(log).write_text(f"{len(document['jobs'])} jobs, {len(document['left_out'])} left out\n")
+    """results/plan.json from the plan this workflow runs, not from a second planning, with the
+    machine time it will take projected from the run records present now (not a param: new runs
+    must not make the plan stale)."""
+    records = read_records(Path(RUNS_DIR))
+    totals = estimate_totals(config, estimate_jobs(config, PLAN, records), len(records))
+    write_json_atomic(path, {**document, "estimate": totals})
+    Path(log).write_text(
+        f"{len(document['jobs'])} jobs, {len(document['left_out'])} left out\n" f"estimate: {totals_line(totals)}\n"
+    )
 
 
 if workflow.is_main_process:
@@ -95,7 +107,8 @@ def retry_wait_s(wildcards, attempt):
 
 
 # One file per launch: replicate r of a scenario is results/runs/<tool>/<app>/<scenario>/<r>.json.
-RUN_FILE = "results/runs/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
+RUNS_DIR = "results/runs"
+RUN_FILE = RUNS_DIR + "/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
 

@@ -55,6 +55,7 @@ rule report:
         claims="results/claims.csv",
         table1="results/tables/table1.csv",
         table2="results/tables/table2.csv",
+        runs=[run for tool in TOOLS for app in APP_KINDS for run in run_files(tool, app)],
     output:
         "results/report.html",
     log:
@@ -64,7 +65,7 @@ rule report:
     shell:
         "python -m dlvirt report --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
         " --claims {input.claims:q} --table1 {input.table1:q} --table2 {input.table2:q}"
-        " --output {output:q} {input.figures:q} > {log:q} 2>&1"
+        " --runs {input.runs:q} --output {output:q} {input.figures:q} > {log:q} 2>&1"
 
 
 rule figures:

@@ -320,6 +320,17 @@ def gpu_speeds_nlp_not_ic_rs(study: Study) -> Verdict:
     return _parts(verdicts, parts, missing)
 
 
+def _in_every_pair(found: list[tuple[Outcome, str]], claim: str, absent: str, verdicts: list[str], parts: list[str],
+                   missing: list[str]) -> None:
+    """One part of a claim that must hold in every pair found: its verdict and evidence, or why untested."""
+    if not found:
+        missing.append(absent)
+        return
+    outcomes = [o for o, _ in found]
+    verdicts.append(every(outcomes))
+    parts.append(f"{claim}: {tally(outcomes)} pairs ({'; '.join(t for _, t in found)})")
+
+
 def _parts(verdicts: list[str], parts: list[str], missing: list[str]) -> Verdict:
     evidence = "; ".join(parts + [f"untested: {m}" for m in missing])
     if not verdicts:
@@ -330,7 +341,9 @@ def _parts(verdicts: list[str], parts: list[str], missing: list[str]) -> Verdict
 def mvm_like_vm_but_nlp_and_boots_faster(study: Study) -> Verdict:
     rows = study.e2e[(study.e2e["pinning"] == "VNL") & (study.e2e["processor"] == "CPU")]
     no_pairs = study.why_missing(platforms=("MVM", "VM"), processor="CPU")
-    parts, verdicts, missing = [], [], []
+    parts: list[str] = []
+    verdicts: list[str] = []
+    missing: list[str] = []
     boots = _boot_times(study, study.e2e)
     for mvm_platform in study.mvm_platforms() or ["MVM"]:
         pairs = _pairs(rows, "platform", mvm_platform, "VM", ["app", "cores"])
@@ -346,21 +359,12 @@ def mvm_like_vm_but_nlp_and_boots_faster(study: Study) -> Verdict:
             else:
                 same = alike(d, study.margin)
                 like.append((same, f"{pair['app'].upper()} {pair['cores']} cores {d}: {word(same, 'alike', 'differ')}"))
-        if like:
-            outcomes = [o for o, _ in like]
-            verdicts.append(every(outcomes))
-            parts.append(f"{mvm_platform} like VM (TOST, ±{study.margin:.0%}) except NLP: {tally(outcomes)} "
-                         f"pairs ({'; '.join(t for _, t in like)})")
-        else:
-            missing.append(f"no {mvm_platform} and VM pair (vanilla, CPU, same cores) for IC, SR or RS"
-                           + "".join(f" ({w})" for w in no_pairs[:1]))
-        if nlp:
-            outcomes = [o for o, _ in nlp]
-            verdicts.append(every(outcomes))
-            parts.append(f"{mvm_platform} slower than VM for I/O-heavy NLP (one-sided Welch): {tally(outcomes)} "
-                         f"({'; '.join(t for _, t in nlp)})")
-        else:
-            missing.append(f"no NLP {mvm_platform} and VM pair" + "".join(f" ({w})" for w in no_pairs[:1]))
+        why = "".join(f" ({w})" for w in no_pairs[:1])
+        _in_every_pair(like, f"{mvm_platform} like VM (TOST, ±{study.margin:.0%}) except NLP",
+                       f"no {mvm_platform} and VM pair (vanilla, CPU, same cores) for IC, SR or RS{why}",
+                       verdicts, parts, missing)
+        _in_every_pair(nlp, f"{mvm_platform} slower than VM for I/O-heavy NLP (one-sided Welch)",
+                       f"no NLP {mvm_platform} and VM pair{why}", verdicts, parts, missing)
         if mvm_platform in boots and "VM" in boots:
             d = diff(boots[mvm_platform], boots["VM"])
             faster = lower(d, study.margin)

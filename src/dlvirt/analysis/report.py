@@ -30,6 +30,8 @@ from dlvirt.analysis.rows import (
     select,
 )
 from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core.records import JobResult
+from dlvirt.plan.estimate import hours, launch_machine_s, totals_line
 from dlvirt.plan.leftout import reasons
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
@@ -155,8 +157,16 @@ def _html_table(frame: pd.DataFrame, classes: str = "data") -> str:
     return formatted.to_html(index=False, classes=classes, border=0, na_rep="", escape=True)
 
 
+def machine_time(runs: list[Path], plan: dict[str, Any]) -> str:
+    """What the study's launches took, beside what the plan projected before them."""
+    measured = sum(launch_machine_s(JobResult.read(path)) for path in runs)
+    projected = totals_line(plan["estimate"]) if plan.get("estimate") else "not recorded (an older plan.json)"
+    return (f"{hours(measured)} measured over {len(runs)} launch(es) (warm-ups, repetitions, model loads, boots; "
+            f"provisioning, image builds and datasets not counted); when the plan was written: {projected}")
+
+
 def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, claims: Path,
-           table1: Path, table2: Path) -> str:
+           table1: Path, table2: Path, runs: list[Path]) -> str:
     import jinja2
 
     frame = load_summaries([summary])
@@ -178,6 +188,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=metadata.version("dlvirt"),
         plan=plan_doc,
+        machine_time=machine_time(runs, plan_doc),
         host_virtualization=host_virtualization(facts),
         host_facts=[
             ("CPU", f"{facts.get('cpu_model')} — {caps.get('cores')} usable cores, {facts.get('sockets')} socket(s), "

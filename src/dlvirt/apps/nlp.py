@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 
 from dlvirt.apps import squad, torch_runtime
-from dlvirt.apps.base import DATASET_INFO, App, AppError, checked_weights, sha256_file
+from dlvirt.apps.base import DATASET_INFO, AppError, checked_weights, sha256_file
 from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
 from dlvirt.core.kinds import AppKind
-from dlvirt.system.hostinfo import package_versions
 
 # BertConfig sizes of the published BERT models (Devlin et al.; Turc et al. for mini/tiny).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -88,9 +87,10 @@ def squad_file(root: Path) -> Path:
     return root if root.is_file() else root / squad.SQUAD_DEV_FILE
 
 
-class QuestionAnswering(App):
+class QuestionAnswering(torch_runtime.TorchModelApp):
     kind = AppKind(name="nlp", title="Question answering", model="BERT-large", framework="pytorch",
                    dataset="SQuAD v1.1 dev", order=2)
+    torch_packages = ("torch", "transformers", "tokenizers")
     dataset_index = squad.SQUAD_DEV_FILE
     dataset_may_be_file = True
 
@@ -262,12 +262,3 @@ class QuestionAnswering(App):
                                       "max_query_length": squad.MAX_QUERY_LENGTH},
                            "vocab": self.vocab_info})
         return provenance
-
-    def gpu_state(self) -> dict[str, Any]:
-        return torch_runtime.gpu_state(self.model)
-
-    def framework_threads(self) -> dict[str, Any]:
-        return torch_runtime.reported_threads()
-
-    def framework_versions(self) -> dict[str, str]:
-        return package_versions(("torch", "transformers", "tokenizers"))

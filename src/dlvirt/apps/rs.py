@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 
 from dlvirt.apps import torch_runtime
-from dlvirt.apps.base import App, AppError, checked_weights
+from dlvirt.apps.base import AppError, checked_weights
 from dlvirt.core.kinds import AppKind
-from dlvirt.system.hostinfo import package_versions
 
 DENSE = 13
 SPARSE = 26
@@ -223,7 +222,7 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
-class Recommendation(App):
+class Recommendation(torch_runtime.TorchModelApp):
     kind = AppKind(name="rs", title="Recommendation", model="DLRM", framework="pytorch",
                    dataset="Criteo Kaggle Display Advertising Challenge", order=3)
     dataset_index = DATA_FILE
@@ -352,12 +351,3 @@ class Recommendation(App):
                                 "kaggle_table_sizes": not capped}
         provenance["categorical_hashing"] = "hex value modulo table rows"
         return provenance
-
-    def gpu_state(self) -> dict[str, Any]:
-        return torch_runtime.gpu_state(self.model)
-
-    def framework_threads(self) -> dict[str, Any]:
-        return torch_runtime.reported_threads()
-
-    def framework_versions(self) -> dict[str, str]:
-        return package_versions(("torch",))

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from dlvirt.apps.base import AppError, ThreadPlan
+from dlvirt.apps.base import App, AppError, ThreadPlan
+from dlvirt.system.hostinfo import package_versions
 
 
 def configure(threads: ThreadPlan, processor: str) -> Any:
@@ -68,3 +69,19 @@ def gpu_state(model: Any) -> dict[str, Any]:
             "framework_peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
             "cuda": torch.version.cuda,
             "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None}
+
+
+class TorchModelApp(App):
+    """An app whose model is one torch module (``self.model``): what it reports of PyTorch."""
+
+    model: Any
+    torch_packages: ClassVar[tuple[str, ...]] = ("torch",)  # the packages its framework_versions name
+
+    def gpu_state(self) -> dict[str, Any]:
+        return gpu_state(self.model)
+
+    def framework_threads(self) -> dict[str, Any]:
+        return reported_threads()
+
+    def framework_versions(self) -> dict[str, str]:
+        return package_versions(self.torch_packages)

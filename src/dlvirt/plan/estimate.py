@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,27 @@ class Measured:
     overhead_s: float  # per launch: model load and boot
 
 
-def measured(runs_dir: Path) -> dict[tuple[str, str, str, int, str, str], Measured]:
-    """(tool, app, platform, cores, pinning, processor) → what the run records under ``runs_dir`` show."""
+def launch_overhead_s(record: JobResult) -> float:
+    """Model load and boot of one launch."""
+    return record.model_load_s + float(record.platform.get("boot_s") or 0)
+
+
+def launch_machine_s(record: JobResult) -> float:
+    """What one launch cost, as measured: its warm-ups and repetitions from start to finish, plus its
+    model load and boot (provisioning the platform and writing the result not counted)."""
+    reps = [*record.warmups, *record.runs]
+    return launch_overhead_s(record) + sum(
+        (datetime.fromisoformat(r.finished_utc) - datetime.fromisoformat(r.started_utc)).total_seconds() for r in reps)
+
+
+def read_records(runs_dir: Path) -> list[JobResult]:
+    return [JobResult.read(path) for path in sorted(Path(runs_dir).rglob("*.json"))]
+
+
+def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, str], Measured]:
+    """(tool, app, platform, cores, pinning, processor) → what these run records show."""
     found: dict[tuple[str, str, str, int, str, str], list[JobResult]] = {}
-    for path in sorted(Path(runs_dir).rglob("*.json")):
-        record = JobResult.read(path)
+    for record in records:
         s = record.scenario
         found.setdefault((record.tool, record.app, s.platform, s.cores, s.pinning, s.processor), []).append(record)
     out = {}
@@ -47,7 +64,7 @@ def measured(runs_dir: Path) -> dict[tuple[str, str, str, int, str, str], Measur
         e2e = [r.e2e_s for r in reps]
         mean = sum(e2e) / len(e2e)
         cv = (math.sqrt(sum((v - mean) ** 2 for v in e2e) / (len(e2e) - 1)) / mean) if len(e2e) > 1 else math.nan
-        overhead = sum(r.model_load_s + float(r.platform.get("boot_s") or 0) for r in records) / len(records)
+        overhead = sum(launch_overhead_s(r) for r in records) / len(records)
         out[key] = Measured(per_sample, cv, overhead)
     return out
 
@@ -94,13 +111,13 @@ def basis_for(job: Job, found: dict[tuple[str, str, str, int, str, str], Measure
     return scaled, f"from {key[2]}/{key[3]}/{key[4]}/{key[5]}, scaled by cores"
 
 
-def estimate(config: dict[str, Any], plan: Plan, runs_dir: Path) -> list[JobEstimate]:
+def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> list[JobEstimate]:
     study = config["study"]
     setting = study["repetitions"]
     fixed = setting if isinstance(setting, int) else None
     adaptive = setting if isinstance(setting, dict) else {**PAPER_ALTERNATIVE, "max": setting}
     warmups = int(study["warmup_repetitions"])
-    found = measured(runs_dir)
+    found = measured(records)
     out = []
     for job in plan.jobs:
         basis = basis_for(job, found)
@@ -119,7 +136,29 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
 
 
-def report(config: dict[str, Any], estimates: list[JobEstimate]) -> str:
+def totals(config: dict[str, Any], estimates: list[JobEstimate], records: int) -> dict[str, Any]:
+    """The study's projected machine time, as plan.json keeps it: total seconds for fixed repetitions
+    (None where the config's are adaptive) and for adaptive ones, over the jobs with a basis."""
+    known = [e for e in estimates if e.adaptive_s is not None]
+    return {"records": records, "jobs": len(estimates), "unknown_jobs": len(estimates) - len(known),
+            "fixed_s": (sum(e.fixed_s or 0.0 for e in known)
+                        if isinstance(config["study"]["repetitions"], int) else None),
+            "adaptive_s": sum(e.adaptive_s or 0.0 for e in known) if known else None}
+
+
+def totals_line(totals: dict[str, Any]) -> str:
+    """One sentence for the plan's log and the report."""
+    if not totals["records"]:
+        return ("no run records on this host yet: nothing to project from (after a first study or the smoke "
+                "study, `python -m dlvirt plan --estimate` projects any config)")
+    fixed = f"fixed repetitions {hours(totals['fixed_s'])}, " if totals["fixed_s"] is not None else ""
+    adaptive = f"adaptive repetitions {hours(totals['adaptive_s'])}" if totals["adaptive_s"] is not None else \
+        "nothing comparable measured"
+    unknown = f", {totals['unknown_jobs']} of {totals['jobs']} job(s) unknown" if totals["unknown_jobs"] else ""
+    return f"projected from {totals['records']} run record(s): {fixed}{adaptive}{unknown}"
+
+
+def report(config: dict[str, Any], estimates: list[JobEstimate], records: int) -> str:
     """Per scenario (tool × app × scenario, all its replicates) and the total."""
     setting = config["study"]["repetitions"]
     adaptive = setting if isinstance(setting, dict) else {**PAPER_ALTERNATIVE, "max": setting}
@@ -129,20 +168,17 @@ def report(config: dict[str, Any], estimates: list[JobEstimate]) -> str:
     rows: dict[tuple[str, str, str], list[JobEstimate]] = {}
     for e in estimates:
         rows.setdefault((e.job.tool, e.job.app, e.job.scenario.name), []).append(e)
-    totals = {"fixed": 0.0, "adaptive": 0.0}
-    unknown = 0
     for (tool, app, scenario), group in sorted(rows.items()):
         if group[0].adaptive_s is None:
-            unknown += 1
             lines.append(f"{tool:6} {app:4} {scenario:16} {'?':>10} {'?':>10} {'?':>5}  {group[0].basis}")
             continue
         fixed = sum(e.fixed_s or 0.0 for e in group) if group[0].fixed_s is not None else None
         adapt = sum(e.adaptive_s or 0.0 for e in group)
-        totals["fixed"] += fixed or 0.0
-        totals["adaptive"] += adapt
         lines.append(f"{tool:6} {app:4} {scenario:16} {hours(fixed) if fixed is not None else '-':>10} "
                      f"{hours(adapt):>10} {group[0].adaptive_n:>5}  {group[0].basis}")
-    fixed_total = hours(totals["fixed"]) if isinstance(setting, int) else "-"
-    lines.append(f"total: fixed {fixed_total}, adaptive {hours(totals['adaptive'])}"
+    total = totals(config, estimates, records)
+    unknown = len({(e.job.tool, e.job.app, e.job.scenario.name) for e in estimates if e.adaptive_s is None})
+    lines.append(f"total: fixed {hours(total['fixed_s']) if total['fixed_s'] is not None else '-'}, "
+                 f"adaptive {hours(total['adaptive_s'] or 0.0)}"
                  f"{f'; {unknown} scenario(s) unknown (nothing comparable measured)' if unknown else ''}")
     return "\n".join(lines)

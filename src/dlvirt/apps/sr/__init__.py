@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dlvirt.apps import torch_runtime
-from dlvirt.apps.base import App, AppError, checked_weights
+from dlvirt.apps.base import AppError, checked_weights
 from dlvirt.apps.sr.decoder import Decoded, Utterance, emission_schedule, greedy_decode, transcript, word_errors
 from dlvirt.apps.sr.features import FEATURES, SAMPLE_RATE, LogMelFeatures, read_wav, write_wav
 from dlvirt.apps.sr.librispeech import (
@@ -40,10 +40,9 @@ from dlvirt.apps.sr.model import (
 from dlvirt.apps.sr.synthetic import CHARS_PER_SECOND, synthetic_speech, synthetic_transcript
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.kinds import AppKind
-from dlvirt.system.hostinfo import package_versions
 
 
-class SpeechRecognition(App):
+class SpeechRecognition(torch_runtime.TorchModelApp):
     kind = AppKind(name="sr", title="Speech recognition", model="RNN-T", framework="pytorch",
                    dataset="LibriSpeech dev-clean", order=1, processors=("CPU",),
                    why_no_gpu="MLPerf's RNN-T reference runs on CPU only, as in the paper's Table I")
@@ -196,9 +195,3 @@ class SpeechRecognition(App):
                                 "joint": JOINT_HIDDEN, "classes": NUM_CLASSES,
                                 "max_symbols_per_step": self.max_symbols}
         return provenance
-
-    def framework_threads(self) -> dict[str, Any]:
-        return torch_runtime.reported_threads()
-
-    def framework_versions(self) -> dict[str, str]:
-        return package_versions(("torch",))
