@@ -45,7 +45,8 @@ def test_plan_records_its_projection_and_a_launch_its_measured_machine_time(tmp_
     """The workflow's plan.json keeps the totals (estimate.totals) of the runs present when it was
     written; the report sets a launch's measured machine time (warm-ups, repetitions, load, boot) beside it."""
     from conftest import smoke_config
-    from dlvirt.plan.estimate import estimate, launch_machine_s, read_records, totals, totals_line
+    from dlvirt.core.machinetime import launch_machine_s, totals_line
+    from dlvirt.plan.estimate import estimate, read_records, totals
     from dlvirt.plan.planner import expand
 
     config = smoke_config()

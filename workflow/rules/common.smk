@@ -31,8 +31,8 @@ from dlvirt.plan.estimate import (
     estimate as estimate_jobs,
     read_records,
     totals as estimate_totals,
-    totals_line,
 )  # noqa: E402
+from dlvirt.core.machinetime import totals_line  # noqa: E402
 from dlvirt.run.interrupt import stop_jobs_on_interrupt  # noqa: E402
 
 # Checksums of configured weights and vocab files, by size and mtime (dlvirt.plan.configcheck).
@@ -108,7 +108,7 @@ def retry_wait_s(wildcards, attempt):
 
 # One file per launch: replicate r of a scenario is results/runs/<tool>/<app>/<scenario>/<r>.json.
 RUNS_DIR = "results/runs"
-RUN_FILE = RUNS_DIR + "/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}.json"
+RUN_FILE = f"{RUNS_DIR}/{{tool}}/{{app}}/{{platform}}/{{cores}}/{{pinning}}/{{processor}}/{{replicate}}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
 

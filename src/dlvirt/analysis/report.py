@@ -30,8 +30,8 @@ from dlvirt.analysis.rows import (
     select,
 )
 from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core.machinetime import hours, launch_machine_s, totals_line
 from dlvirt.core.records import JobResult
-from dlvirt.plan.estimate import hours, launch_machine_s, totals_line
 from dlvirt.plan.leftout import reasons
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from dlvirt.core.interval import t_half_width
+from dlvirt.core.machinetime import hours, launch_overhead_s
 from dlvirt.core.records import JobResult
 from dlvirt.plan.planner import Job, Plan
 from dlvirt.run.dlbs import settings_for as dlbs_settings
@@ -32,19 +32,6 @@ class Measured:
     per_sample_s: float
     cv: float          # coefficient of variation of E2E between repetitions (NaN below two)
     overhead_s: float  # per launch: model load and boot
-
-
-def launch_overhead_s(record: JobResult) -> float:
-    """Model load and boot of one launch."""
-    return record.model_load_s + float(record.platform.get("boot_s") or 0)
-
-
-def launch_machine_s(record: JobResult) -> float:
-    """What one launch cost, as measured: its warm-ups and repetitions from start to finish, plus its
-    model load and boot (provisioning the platform and writing the result not counted)."""
-    reps = [*record.warmups, *record.runs]
-    return launch_overhead_s(record) + sum(
-        (datetime.fromisoformat(r.finished_utc) - datetime.fromisoformat(r.started_utc)).total_seconds() for r in reps)
 
 
 def read_records(runs_dir: Path) -> list[JobResult]:
@@ -132,30 +119,14 @@ def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> li
     return out
 
 
-def hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
-
-
 def totals(config: dict[str, Any], estimates: list[JobEstimate], records: int) -> dict[str, Any]:
     """The study's projected machine time, as plan.json keeps it: total seconds for fixed repetitions
     (None where the config's are adaptive) and for adaptive ones, over the jobs with a basis."""
     known = [e for e in estimates if e.adaptive_s is not None]
     return {"records": records, "jobs": len(estimates), "unknown_jobs": len(estimates) - len(known),
             "fixed_s": (sum(e.fixed_s or 0.0 for e in known)
-                        if isinstance(config["study"]["repetitions"], int) else None),
+                        if known and isinstance(config["study"]["repetitions"], int) else None),
             "adaptive_s": sum(e.adaptive_s or 0.0 for e in known) if known else None}
-
-
-def totals_line(totals: dict[str, Any]) -> str:
-    """One sentence for the plan's log and the report."""
-    if not totals["records"]:
-        return ("no run records on this host yet: nothing to project from (after a first study or the smoke "
-                "study, `python -m dlvirt plan --estimate` projects any config)")
-    fixed = f"fixed repetitions {hours(totals['fixed_s'])}, " if totals["fixed_s"] is not None else ""
-    adaptive = f"adaptive repetitions {hours(totals['adaptive_s'])}" if totals["adaptive_s"] is not None else \
-        "nothing comparable measured"
-    unknown = f", {totals['unknown_jobs']} of {totals['jobs']} job(s) unknown" if totals["unknown_jobs"] else ""
-    return f"projected from {totals['records']} run record(s): {fixed}{adaptive}{unknown}"
 
 
 def report(config: dict[str, Any], estimates: list[JobEstimate], records: int) -> str:
