@@ -2,8 +2,8 @@
 
 Per planned job: seconds per sample measured for the same tool × app × scenario (else the same tool ×
 app × platform × processor at the nearest core count, scaled by the core ratio: ideal scale-up, so
-optimistic), times the config's samples per repetition, times the repetitions of one launch (+ its
-warm-ups), plus the launch's measured model load and boot; times the replicates. Fixed repetitions
+optimistic; else bare metal's likewise, without the platform's overhead: more optimistic), times
+the config's samples per repetition, times the repetitions of one launch (+ its warm-ups), plus the launch's measured model load and boot; times the replicates. Fixed repetitions
 count as asked; adaptive ones as the fewest n in [min, max] whose 95 % CI half-width, at the
 coefficient of variation the records show, is within ``rel_ci95`` (their min and max bound it). A
 job with nothing comparable measured (a GPU on a host without one) is counted as unknown.
@@ -19,7 +19,7 @@ from typing import Any
 from dlvirt.core.interval import t_half_width
 from dlvirt.core.machinetime import hours, launch_overhead_s
 from dlvirt.core.records import JobResult
-from dlvirt.plan.planner import Job, Plan
+from dlvirt.plan.planner import Job, Plan, kinds
 from dlvirt.run.dlbs import settings_for as dlbs_settings
 
 PAPER_ALTERNATIVE = {"min": 3, "rel_ci95": 0.01}  # the adaptive setting paper.yaml documents
@@ -84,18 +84,23 @@ class JobEstimate:
     adaptive_n: int | None
 
 
-def basis_for(job: Job, found: dict[tuple[str, str, str, int, str, str], Measured]) -> tuple[Measured, str] | None:
+def basis_for(job: Job, found: dict[tuple[str, str, str, int, str, str], Measured],
+              baseline: str) -> tuple[Measured, str] | None:
+    """The measurement a job is projected from: its own scenario's; else the same platform's at the
+    nearest core count, scaled by the core ratio; else the baseline platform's (bare metal) likewise,
+    without the platform's overhead. Never another processor's."""
     s = job.scenario
     exact = found.get((job.tool, job.app, s.platform, s.cores, s.pinning, s.processor))
     if exact:
         return exact, "measured"
-    near = [(abs(math.log(k[3] / s.cores)), k, m) for k, m in found.items()
-            if k[:3] == (job.tool, job.app, s.platform) and k[5] == s.processor]
-    if not near:
-        return None
-    _, key, m = min(near)
-    scaled = Measured(m.per_sample_s * key[3] / s.cores, m.cv, m.overhead_s)
-    return scaled, f"from {key[2]}/{key[3]}/{key[4]}/{key[5]}, scaled by cores"
+    for platform, caveat in ((s.platform, ""), (baseline, f"; {s.platform}'s own overhead not counted")):
+        near = [(abs(math.log(k[3] / s.cores)), k, m) for k, m in found.items()
+                if k[:3] == (job.tool, job.app, platform) and k[5] == s.processor]
+        if near:
+            _, key, m = min(near)
+            scaled = Measured(m.per_sample_s * key[3] / s.cores, m.cv, m.overhead_s)
+            return scaled, f"from {key[2]}/{key[3]}/{key[4]}/{key[5]}, scaled by cores{caveat}"
+    return None
 
 
 def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> list[JobEstimate]:
@@ -105,9 +110,10 @@ def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> li
     adaptive = setting if isinstance(setting, dict) else {**PAPER_ALTERNATIVE, "max": setting}
     warmups = int(study["warmup_repetitions"])
     found = measured(records)
+    baseline = kinds().baseline
     out = []
     for job in plan.jobs:
-        basis = basis_for(job, found)
+        basis = basis_for(job, found, baseline)
         if basis is None:
             out.append(JobEstimate(job, "nothing comparable measured", None, None, None))
             continue
