@@ -3,10 +3,11 @@
 Per planned job: seconds per sample measured for the same tool × app × scenario (else the same tool ×
 app × platform × processor at the nearest core count, scaled by the core ratio: ideal scale-up, so
 optimistic; else bare metal's likewise, without the platform's overhead: more optimistic), times
-the config's samples per repetition, times the repetitions of one launch (+ its warm-ups), plus the launch's measured model load and boot; times the replicates. Fixed repetitions
-count as asked; adaptive ones as the fewest n in [min, max] whose 95 % CI half-width, at the
-coefficient of variation the records show, is within ``rel_ci95`` (their min and max bound it). A
-job with nothing comparable measured (a GPU on a host without one) is counted as unknown.
+the config's samples per repetition, times the repetitions of one launch (+ its warm-ups), plus the
+launch's measured model load and boot; times the replicates. Fixed repetitions count as asked;
+adaptive ones as the fewest n in [min, max] whose 95 % CI half-width, at the coefficient of
+variation the records show, is within ``rel_ci95`` (their min and max bound it). A job with nothing
+comparable measured (a GPU on a host without one) is counted as unknown.
 """
 
 from __future__ import annotations
