@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import job_spec, settings  # noqa: E402 - the same IC settings as the other benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
-CN_SETTINGS = {"memory": "8g", "gpus": "all", "debian_mirror": None, "image": None,
+CN_SETTINGS = {"gpus": "all", "debian_mirror": None, "image": None,
                "engine": {"host": None, "data_root": "/var/lib/dlvirt/docker"}}
 
 

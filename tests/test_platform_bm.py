@@ -56,6 +56,22 @@ def test_vnl_one_core_is_a_quota_with_every_core_visible(ic_dataset, tmp_path):
     assert our_cgroups() == []
 
 
+def test_study_memory_is_the_cgroup_limit_the_harness_sees_inside(ic_dataset, tmp_path):
+    """BM/1/PIN and BM/1/VNL under study.memory (memory_mib, as the workflow passes it): a cgroup
+    memory limit (v1 memory.limit_in_bytes or v2 memory.max) read back inside, recorded, removed."""
+    if cgroups.version() is None:
+        pytest.skip("no cgroup CPU controller on this host")
+    for pinning in ("PIN", "VNL"):
+        job = spec(ic_dataset, 1, pinning, platform_settings={"memory_mib": 3072})
+        result = run_job(job, tmp_path / f"{pinning}.json", tmp_path / f"lg-{pinning}")
+        for run in result.warmups + result.runs:
+            assert run.observed["memory_limit_bytes"] == 3072 << 20
+            assert run.observed["mem_total_bytes"] >= 3072 << 20
+        assert result.expected["memory_limit_bytes"] == 3072 << 20
+        assert result.platform["memory_mib"] == 3072 and "memory limit" in result.platform["memory_mechanism"]
+        assert our_cgroups() == []
+
+
 def test_pin_one_core_sees_exactly_that_core(ic_dataset, tmp_path):
     result = run_job(spec(ic_dataset, 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
     observed = result.runs[0].observed

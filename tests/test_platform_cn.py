@@ -35,7 +35,7 @@ from test_platform_bm import IC_SETTINGS, spec
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = {"memory": "4g", "gpus": "all", "debian_mirror": None, "image": None,
+SETTINGS = {"memory_mib": 4096, "gpus": "all", "debian_mirror": None, "image": None,
             "engine": {"host": None, "data_root": "/var/lib/dlvirt/docker"}}
 
 
@@ -99,7 +99,9 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     assert observed["quota_cores"] == pytest.approx(1.0)
     assert observed["affinity"] == list(online_cpus()) and observed["nproc"] == len(online_cpus())
     assert observed["virtualization"]["container"] == "docker" and observed["image"] == cn_image
-    assert observed["memory_limit_bytes"] == 4 << 30
+    # study.memory is the container's limit (docker --memory), read from inside and recorded
+    assert observed["memory_limit_bytes"] == 4 << 30 == result.expected["memory_limit_bytes"]
+    assert result.platform["memory_mib"] == 4096
     cgroup_id = result.expected["cgroup_id"]
     assert cgroup_id and any(cgroup_id in path for path in observed["cgroup"].values())
     assert result.runs[0].threads["intra_op"] == 1  # sized from the quota, not the visible cores

@@ -232,7 +232,7 @@ def mvm_ic_workflow(tmp_path_factory) -> Path:
     # two images: ResNet50 under TCG costs about a minute per image on a busy 2-core host
     config["apps"]["ic"].update({"batch_size": 2, "dataset": {"path": None, "count": 2},
                                  "loadgen": {"min_query_count": 2}})
-    config.setdefault("platforms", {})["MVM"] = {"memory_mib": 3072}
+    config["study"]["memory"] = "3g"
     path = write_config(workflow_dir / "guest.yaml", config)
     snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=1500)
     return workflow_dir

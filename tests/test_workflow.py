@@ -42,14 +42,20 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
 
     # What the kernel and the frameworks did, in every row and run file (dlvirt.system.observe)
     vnl = summary[summary.pinning == "VNL"]
-    assert vnl.throttled_pct.notna().all() and vnl.throttled_s.notna().all()
+    assert len(vnl) and vnl.throttled_pct.notna().all() and vnl.throttled_s.notna().all()
+    for column in ("throttled_pct", "throttled_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s",
+                   "ctx_switches"):
+        assert pd.api.types.is_numeric_dtype(summary[column]), column
     for column in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "ctx_switches"):
         assert summary[column].notna().all(), column
     assert (summary.code_version != "not recorded").all()
+    # study.memory (smoke.yaml: 4g) is every row's, and each repetition's limit as seen inside
+    assert (summary.memory_mib == 4096).all()
     for path in (workflow_dir / "results" / "runs").rglob("*.json"):
         result = json.loads(path.read_text())
-        assert result["code"]["source"] == result["runner_code"]["source"], path
+        assert result["code"]["source"] and result["code"]["source"] == result["runner_code"]["source"], path
         assert all(r["threads"]["framework"].get("intra_op") for r in result["runs"]), path
+        assert all(r["observed"]["memory_limit_bytes"] == 4096 << 20 for r in result["runs"]), path
 
     # A second run has nothing to do.
     assert jobs_that_would_run(workflow_dir, "all", "--configfile", str(config)) == {}

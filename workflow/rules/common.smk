@@ -20,6 +20,7 @@ from dlvirt.platforms.container_image import (
 )  # noqa: E402
 from dlvirt.core.atomic import write_json_atomic  # noqa: E402
 from dlvirt.core.kinds import CONTAINER_IMAGE  # noqa: E402
+from dlvirt.core.memory import parse_mib  # noqa: E402
 from dlvirt.platforms import KINDS as PLATFORM_KINDS, container_platform  # noqa: E402
 from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
@@ -230,9 +231,14 @@ def benchmark_spec(job):
 
 
 def platform_settings(platform):
-    """The platform's config section with the placement policy of PIN scenarios; for CN with
-    ``image`` set to the image its jobs run."""
-    settings = {**config["platforms"].get(platform, {}), "placement": config["platforms"]["placement"]}
+    """The platform's config section with the placement policy of PIN scenarios and the study's
+    one memory size (``memory_mib``: study.memory in MiB); for CN with ``image`` set to the image
+    its jobs run."""
+    settings = {
+        **config["platforms"].get(platform, {}),
+        "placement": config["platforms"]["placement"],
+        "memory_mib": parse_mib(config["study"]["memory"]),
+    }
     return {**settings, "image": CN_IMAGE} if platform == CN else settings
 
 

@@ -102,6 +102,15 @@ def _provenance(frame: pd.DataFrame) -> list[dict[str, str]]:
     return out
 
 
+def _platform_memory(frame: pd.DataFrame) -> str:
+    """study.memory as the rows' platforms applied it (summaries from older results lack it)."""
+    sizes = sorted({int(v) for v in frame.get("memory_mib", pd.Series(dtype=float)).dropna()})
+    if not sizes:
+        return "not recorded"
+    return (" and ".join(f"{mib} MiB" for mib in sizes) + " (study.memory): the cgroup limit of BM and of every "
+            "container; a guest's RAM is that plus its overhead (guest_ram_mib in the run files)")
+
+
 def _frequency(freq: dict[str, Any] | None) -> str:
     if not freq:
         return "not recorded"
@@ -195,6 +204,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
                     f"NUMA {facts.get('numa_nodes')}"),
             ("CPU frequency", _frequency(facts.get("cpu_frequency"))),
             ("memory", f"{facts.get('memory_bytes', 0) / 2**30:.1f} GiB"),
+            ("memory of every platform", _platform_memory(frame)),
             ("OS, kernel", f"{facts.get('os')}, {facts.get('kernel')}"),
             ("cgroup", f"v{caps.get('cgroup_version')}"),
             ("KVM", "usable" if caps.get("kvm") else

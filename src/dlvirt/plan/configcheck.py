@@ -7,8 +7,8 @@ Three stages, each a ``ConfigError``:
   schema, integers that are integers (``16.0`` is not) and finite numbers (``.nan``/``.inf`` pass
   every ``minimum``);
 - ``check_inputs``: what the schema cannot see: the files and folders the config names exist and
-  are the right kind, a weights file matches its checksum (cached by size and mtime), memory sizes
-  fit the host.
+  are the right kind, a weights file matches its checksum (cached by size and mtime),
+  ``study.memory`` is a size docker accepts and fits the host (with a guest's overhead).
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ import yaml
 
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.errors import ConfigError
+from dlvirt.core.memory import KEY as MEMORY_KEY
+from dlvirt.core.memory import parse_mib
 
 DOCKER_MIN_MEMORY = 6 << 20  # docker refuses a smaller --memory
 HINT_CHARS = 120  # of the schema's description, after the error: a hint, not the documentation
+# Per-platform memory settings that study.memory replaced (CN, VMCN's container, the guests' RAM).
+PLATFORM_MEMORY_KEYS = ("memory", "container_memory", "memory_mib")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -140,6 +144,8 @@ def check_schema(config: dict[str, Any], schema_path: Path) -> None:
     if unknown:
         path.append(unknown[0])
         what = f"unknown key ({what})"
+        if path[0] == "platforms" and unknown[0] in PLATFORM_MEMORY_KEYS:
+            what += f"; one memory size serves every platform now: {MEMORY_KEY}"
     raise ConfigError(f"{_key(path)}: {what}{_hint(error, defs)}")
 
 
@@ -198,11 +204,11 @@ def _planned_platforms(config: dict[str, Any]) -> set[str]:
 
 def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_memory: int | None = None) -> None:
     """Every path the config names (for the study's apps and planned platforms) exists and is the
-    right kind; weights and vocab match their checksums; memory sizes fit ``host_memory`` (bytes,
-    None = not checked: planning for another machine)."""
+    right kind; weights and vocab match their checksums; ``study.memory`` is at least docker's
+    minimum and, as each planned platform takes it (a guest adds its overhead), fits ``host_memory``
+    (bytes, None = not checked: planning for another machine)."""
     from dlvirt.apps import app_class
     from dlvirt.platforms import CLASSES as PLATFORM_CLASSES
-    from dlvirt.platforms.cn import memory_bytes
     from dlvirt.platforms.guestimage import IMAGE_FILES
 
     for app in config["study"]["apps"]:
@@ -236,18 +242,18 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
         # ssh expands ~ in both (-i and UserKnownHostsFile)
         _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file", expand_user=True)
         _check_path(host.get("known_hosts_file"), f"hosts.{site}.known_hosts_file", "file", expand_user=True)
-    sizes: dict[str, tuple[str, int]] = {}
-    for name, cls in PLATFORM_CLASSES.items():
-        section = config["platforms"][name]
-        for key in cls.container_memory_settings:
-            if memory_bytes(section[key]) < DOCKER_MIN_MEMORY:
-                raise ConfigError(f"platforms.{name}.{key}: {section[key]!r} is below docker's minimum of 6m")
-            sizes[f"platforms.{name}.{key}"] = (name, memory_bytes(section[key]))
-        sizes.update({f"platforms.{name}.{key}": (name, section[key] << 20) for key in cls.guest_memory_settings})
-    if host_memory:
-        for key, (platform, size) in sizes.items():
-            if platform in platforms and size > host_memory:
-                raise ConfigError(f"{key}: {size >> 20} MiB is more than this host's memory ({host_memory >> 20} MiB)")
+    memory_mib = parse_mib(config["study"]["memory"])
+    if memory_mib << 20 < DOCKER_MIN_MEMORY:
+        raise ConfigError(f"{MEMORY_KEY}: {config['study']['memory']!r} is below docker's minimum of 6m "
+                          "(the container platforms' limit)")
+    if host_memory and platforms:
+        # the planned platform that takes the most of the host for it (a guest: its RAM)
+        name = max(sorted(platforms), key=lambda n: PLATFORM_CLASSES[n].host_memory_mib(memory_mib))
+        need = PLATFORM_CLASSES[name].host_memory_mib(memory_mib)
+        if need << 20 > host_memory:
+            taken = f"{memory_mib} MiB" + (f" + {need - memory_mib} MiB guest overhead ({name}'s RAM)"
+                                           if need > memory_mib else "")
+            raise ConfigError(f"{MEMORY_KEY}: {taken} is more than this host's memory ({host_memory >> 20} MiB)")
 
 
 def check_config(config: dict[str, Any], files: Iterable[Any], schema_path: Path,

@@ -42,7 +42,9 @@ class Expected:
     vm: str | None = None
     cgroup_id: str | None = None           # must appear in the harness's CPU cgroup path (a container's id)
     image: str | None = None               # the image tag the harness reads from inside its image
-    memory_limit_bytes: int | None = None  # the cgroup memory limit the harness lives under
+    memory_limit_bytes: int | None = None  # the cgroup memory limit the harness lives under (the tightest)
+    memory_at_least_bytes: int | None = None  # what it may use (that limit, its kernel's MemTotal) is no less
+    mem_total_at_most_bytes: int | None = None  # its kernel's MemTotal is no more (a guest's RAM)
     mems: tuple[int, ...] | None = None    # the memory nodes it may allocate on (Mems_allowed_list)
     sockets: int | None = None             # sockets its CPUs span, on the topology it sees
     nodes: int | None = None               # NUMA nodes its CPUs span, on the topology it sees
@@ -98,7 +100,8 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
         problems.append(f"image {observed.get('image')!r} != requested {expected.image!r}")
     if expected.memory_limit_bytes is not None and observed.get("memory_limit_bytes") != expected.memory_limit_bytes:
         problems.append(f"memory limit {observed.get('memory_limit_bytes')} bytes != requested "
-                        f"{expected.memory_limit_bytes}")
+                        f"{expected.memory_limit_bytes} (study.memory)")
+    problems += _memory_problems(expected, observed)
     seen = observed.get("placement") or {}
     if expected.mems is not None and tuple(seen.get("mems") or ()) != tuple(expected.mems):
         problems.append(f"memory nodes {seen.get('mems')} != requested {list(expected.mems)}")
@@ -106,6 +109,25 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
         want = getattr(expected, key)
         if want is not None and seen.get(key) != want:
             problems.append(f"CPUs span {seen.get(key)} {key} != expected {want}")
+    return problems
+
+
+def _memory_problems(expected: Expected, observed: dict[str, Any]) -> list[str]:
+    """The memory the harness may use against study.memory: no cgroup limit and no kernel
+    (MemTotal: a guest's RAM) gives it less; a guest's kernel has no more than its RAM."""
+    problems = []
+    floor, ceiling = expected.memory_at_least_bytes, expected.mem_total_at_most_bytes
+    limit, total = observed.get("memory_limit_bytes"), observed.get("mem_total_bytes")
+    if floor is not None:
+        if limit is not None and limit < floor:
+            problems.append(f"the harness lives under a memory limit of {limit >> 20} MiB, less than the "
+                            f"{floor >> 20} MiB of study.memory (an enclosing cgroup limits the runner)")
+        if total is None or total < floor:
+            problems.append(f"its kernel has {'no recorded' if total is None else total >> 20} MiB of RAM "
+                            f"(MemTotal), less than the {floor >> 20} MiB of study.memory")
+    if ceiling is not None and total is not None and total > ceiling:
+        problems.append(f"its kernel has {total >> 20} MiB of RAM (MemTotal), more than the {ceiling >> 20} MiB "
+                        "the guest was given")
     return problems
 
 
@@ -145,11 +167,9 @@ def job_input_paths(job: HarnessJob) -> list[Path]:
 class Platform(ABC):
     kind: ClassVar[PlatformKind]  # what the rest of dlvirt knows about it (each platform module declares it)
     name: ClassVar[str]           # kind.name
-    # Settings of its config section that the config check looks at before any job is built:
-    # paths ("file" or "dir"), container memory sizes (docker's "8g" form) and guest memory in MiB.
+    # Settings of its config section that are paths ("file" or "dir"), which the config check
+    # looks at before any job is built.
     path_settings: ClassVar[dict[str, str]] = {}
-    container_memory_settings: ClassVar[tuple[str, ...]] = ()
-    guest_memory_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -170,6 +190,19 @@ class Platform(ABC):
         if scenario.processor == "GPU" and not caps.gpus:
             return "no GPU on this host (nvidia-smi lists none)"
         return None
+
+    @classmethod
+    def host_memory_mib(cls, memory_mib: int) -> int:
+        """The host memory one job takes for a ``study.memory`` of ``memory_mib``: that limit (a
+        guest adds its overhead)."""
+        return memory_mib
+
+    @property
+    def memory_mib(self) -> int | None:
+        """``study.memory`` in MiB, which the workflow puts into every platform's settings
+        (``memory_mib``); None in a hand-made spec that asks for no memory limit."""
+        value = self.config.get("memory_mib")
+        return None if value is None else int(value)
 
     @classmethod
     def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:

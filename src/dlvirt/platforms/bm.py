@@ -4,7 +4,8 @@
 what a cpuset does for one process) and, where the host has more NUMA nodes than those cores use, a
 cpuset cgroup binds its memory to their nodes (``cpuset.mems``). ``BM/N/VNL`` leaves every host core
 visible but puts the harness in a cgroup with a CFS quota of N cores: the mechanism behind Docker's
-``--cpus``, so BM and CN are comparable.
+``--cpus``, so BM and CN are comparable. Either way the cgroup limits its memory to
+``study.memory`` (the memory controller, no swap), as ``docker --memory`` limits a container's.
 """
 
 from __future__ import annotations
@@ -66,14 +67,19 @@ class BareMetal(Platform):
         self.cpus: tuple[int, ...] = self.host_cpus
         self.placement: topology.Placement | None = None
         self.mems = self.host_mems
+        limits: dict[str, Any] = {}
+        if self.memory_mib is not None:
+            limits["memory_bytes"] = self.memory_mib << 20
         if self.scenario.pinned:
             self.placement = self.place(self.host_cpus)
             self.cpus = self.placement.cpus
             if self.host_mems is not None and set(self.placement.mems) < set(self.host_mems):
                 self.mems = self.placement.mems
-                self.cgroup = cgroups.create(f"dlvirt-{self.run_id}", cpus=self.cpus, mems=self.mems)
+                limits.update(cpus=self.cpus, mems=self.mems)
         else:
-            self.cgroup = cgroups.create(f"dlvirt-{self.run_id}", quota_cores=float(self.scenario.cores))
+            limits["quota_cores"] = float(self.scenario.cores)
+        if limits:
+            self.cgroup = cgroups.create(f"dlvirt-{self.run_id}", **limits)
 
     def _preexec(self) -> None:
         if self.cgroup is not None:
@@ -98,10 +104,12 @@ class BareMetal(Platform):
         # no quota above the harness may grant fewer cores than asked.
         cores = float(self.scenario.cores)
         placed = self.placement
+        memory = None if self.memory_mib is None else self.memory_mib << 20
         return Expected(affinity=self.cpus, nproc=len(self.cpus),
                         quota_cores=self.host_quota if self.scenario.pinned else cores, quota_at_least=cores,
                         container=self.host_virt["container"], vm=self.host_virt["vm"], mems=self.mems,
-                        sockets=placed.sockets if placed else None, nodes=placed.nodes if placed else None)
+                        sockets=placed.sockets if placed else None, nodes=placed.nodes if placed else None,
+                        memory_limit_bytes=memory, memory_at_least_bytes=memory)
 
     def teardown(self) -> None:
         group = getattr(self, "cgroup", None)
@@ -111,10 +119,13 @@ class BareMetal(Platform):
 
     def describe(self) -> dict[str, Any]:
         if self.scenario.pinned:
-            mechanism = "sched_setaffinity" + (f" + cgroup v{cgroups.version()} cpuset.mems" if self.cgroup else "")
+            mechanism = "sched_setaffinity" + (f" + cgroup v{cgroups.version()} cpuset.mems"
+                                               if self.mems != self.host_mems else "")
         else:
             mechanism = f"cgroup v{cgroups.version()} CFS quota"
         return {"platform": self.name, "engine": "host process", "cpu_mechanism": mechanism,
+                "memory_mib": self.memory_mib,
+                "memory_mechanism": None if self.memory_mib is None else f"cgroup v{cgroups.version()} memory limit",
                 "accel": "none", "cpus": list(self.cpus),
                 "placement": self.placement.to_dict() if self.placement else None,
                 "mems": list(self.mems) if self.mems is not None else None}

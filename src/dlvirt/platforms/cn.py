@@ -2,9 +2,10 @@
 
 ``CN/N/VNL`` = ``--cpus=N``: a CFS quota of N cores, but the container still sees (and has in its
 affinity) every host core, so frameworks that size their pools from the visible cores
-oversubscribe. ``CN/N/PIN`` = ``--cpuset-cpus`` on N host cores. Always ``--network none``, never
-privileged; the inputs (dataset, weights, the job) are bind-mounted read-only at their host paths
-and one writable mount receives the results. ``CN/N/*/GPU`` adds ``--gpus`` (NVIDIA Container
+oversubscribe. ``CN/N/PIN`` = ``--cpuset-cpus`` on N host cores. ``--memory`` = ``--memory-swap`` =
+``study.memory`` (no swap). Always ``--network none``, never privileged; the inputs (dataset,
+weights, the job) are bind-mounted read-only at their host paths and one writable mount receives
+the results. ``CN/N/*/GPU`` adds ``--gpus`` (NVIDIA Container
 Toolkit). Every container is labelled with the job's run id and removed on success, failure,
 timeout and Ctrl-C; ``dlvirt.run.cleanup`` removes those of a killed workflow.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import sys
 import threading
@@ -33,15 +33,6 @@ from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
 
 JOB_PATH = "/dlvirt/job.json"
 OUT_DIR = "/dlvirt/out"
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def memory_bytes(text: str) -> int:
-    """Docker's memory notation (``8g``, ``512m``) in bytes."""
-    match = re.fullmatch(r"(\d+)([bkmg]?)", str(text).strip().lower())
-    if match is None:
-        raise PlatformError(f"platforms.CN.memory: {text!r} is not a size like 8g or 512m")
-    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def nvidia_toolkit() -> bool:
@@ -58,7 +49,6 @@ def online_cpus() -> tuple[int, ...]:
 class Container(Platform):
     kind = PlatformKind(name="CN", title="container on the host's Docker engine", order=1, colour=1,
                         virtualised=True, image=CONTAINER_IMAGE)
-    container_memory_settings = ("memory",)
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
@@ -118,7 +108,8 @@ class Container(Platform):
             self.cpus = self.placement.cpus
         else:  # no cpuset: the container gets every CPU of the engine's host
             self.cpus = online_cpus()
-        self.memory = memory_bytes(self.config.get("memory", "8g"))
+        # None (a hand-made spec without memory_mib): no limit
+        self.memory = None if self.memory_mib is None else self.memory_mib << 20
 
     def _host_config(self, job_path: Path, out_dir: Path, job: HarnessJob) -> dict[str, Any]:
         from docker.types import DeviceRequest, Mount
@@ -135,8 +126,9 @@ class Container(Platform):
             request = DeviceRequest(count=-1, capabilities=[["gpu"]]) if wanted == "all" else \
                 DeviceRequest(device_ids=wanted.split(","), capabilities=[["gpu"]])
             gpus = {"device_requests": [request]}
-        return {**cpu, **gpus, "mounts": mounts, "network_mode": "none", "privileged": False,
-                "mem_limit": self.memory, "cgroupns": "host"}
+        memory = {} if self.memory is None else {"mem_limit": self.memory, "memswap_limit": self.memory}
+        return {**cpu, **gpus, **memory, "mounts": mounts, "network_mode": "none", "privileged": False,
+                "cgroupns": "host"}
 
     def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         from docker.errors import DockerException
@@ -171,7 +163,7 @@ class Container(Platform):
         self.container.reload()
         state = self.container.attrs["State"]
         if status["StatusCode"] != 0:
-            why = " (out of memory: platforms.CN.memory)" if state.get("OOMKilled") else ""
+            why = " (out of memory: study.memory)" if state.get("OOMKilled") else ""
             raise PlatformError(f"harness exited with status {status['StatusCode']} in container "
                                 f"{self.container.short_id}{why} (see the log above)")
         harness = HarnessOutput.read(out_dir / "harness.json")
@@ -193,7 +185,7 @@ class Container(Platform):
             affinity=self.cpus, nproc=len(self.cpus), cpu_count=int(self.engine["NCPU"]),
             quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
             container="docker", vm=None,  # the container cannot tell its hypervisor as the host does
-            cgroup_id=self.container.id, memory_limit_bytes=self.memory,
+            cgroup_id=self.container.id, memory_limit_bytes=self.memory, memory_at_least_bytes=self.memory,
             image=self.image_label, mems=self.placement.mems if self.placement else None,
             sockets=self.placement.sockets if self.placement else None,
             nodes=self.placement.nodes if self.placement else None)
@@ -217,5 +209,6 @@ class Container(Platform):
                 "engine_url": docker_engine.engine_url(self.config), "cgroup_driver": self.engine.get("CgroupDriver"),
                 "cpu_mechanism": mechanism, "accel": "none", "cpus": list(self.cpus),
                 "placement": self.placement.to_dict() if self.placement else None, "image": self.image,
-                "image_id": self.image_id, "memory_bytes": self.memory, "network": "none",
+                "image_id": self.image_id, "memory_mib": self.memory_mib,
+                "memory_mechanism": None if self.memory is None else "--memory = --memory-swap", "network": "none",
                 "start_to_harness_s": getattr(self, "start_to_harness_s", None)}

@@ -45,6 +45,16 @@ VCPU_THREAD = re.compile(r"^CPU (\d+)/(KVM|TCG)$")       # QEMU's names with deb
 FIRECRACKER_VCPU_THREAD = re.compile(r"^fc_vcpu (\d+)$")
 # What systemd-detect-virt --vm says inside the guest, by accelerator.
 VM_TYPE = {"kvm": "kvm", "tcg": "qemu"}
+# A guest's RAM is study.memory plus what runs beside the harness there but is not charged to it on
+# bare metal: the guest kernel (its page structs alone take 1/64 of the RAM, its code and swiotlb
+# buffer some tens of MiB), init and, in VMCN, dockerd and containerd. 8 GiB gets 8704 MiB.
+GUEST_OVERHEAD_MIB = 256
+GUEST_OVERHEAD_DIVISOR = 32     # + 1/32 of study.memory
+
+
+def guest_ram_mib(memory_mib: int) -> int:
+    """The RAM of a guest whose harness is to have ``memory_mib`` (study.memory)."""
+    return memory_mib + GUEST_OVERHEAD_MIB + memory_mib // GUEST_OVERHEAD_DIVISOR
 
 
 def kvm_problem(caps: Capabilities) -> str | None:
@@ -184,7 +194,6 @@ class GuestPlatform(Platform):
     disks, watches the console, enforces the timeouts and reads the results back."""
 
     path_settings = {"image_dir": "dir", "kernel": "file", "initrd": "file"}
-    guest_memory_settings = ("memory_mib",)
     guest_python: ClassVar[str] = f"{guestimage.GUEST_VENV}/bin/python"
     # PC-type machines (libvirt's q35/pc) have a PCI bus; QEMU's microvm and Firecracker do not:
     # how a VM and an MVM are told apart from inside
@@ -202,6 +211,17 @@ class GuestPlatform(Platform):
         return str(self.kind.guest_variant)
 
     # -- planning -----------------------------------------------------------------------------
+    @classmethod
+    def host_memory_mib(cls, memory_mib: int) -> int:
+        return guest_ram_mib(memory_mib)
+
+    @property
+    def ram_mib(self) -> int:
+        """The guest's RAM: study.memory (``memory_mib``, which a guest cannot do without) + the overhead."""
+        if self.memory_mib is None:
+            raise PlatformError(f"{self.name}: its settings lack memory_mib (study.memory), the guest's memory")
+        return guest_ram_mib(self.memory_mib)
+
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
         why = super().unavailable_reason(scenario, caps, config)
@@ -371,7 +391,14 @@ class GuestPlatform(Platform):
         cpus = tuple(range(self.vcpus))
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus, quota_cores=None,
                         container="none", vm=VM_TYPE[self.accel], in_vm=True, pci_bus=self.pci_bus,
-                        kernel=self.guest_kernel())
+                        kernel=self.guest_kernel(), memory_at_least_bytes=self.memory_bounds()[0],
+                        mem_total_at_most_bytes=self.memory_bounds()[1])
+
+    def memory_bounds(self) -> tuple[int, int]:
+        """What the guest's harness must see of its memory, in bytes: at least study.memory (its
+        kernel's MemTotal, no cgroup limit below it), and a kernel with no more RAM than the guest got."""
+        ram = self.ram_mib  # raises without study.memory
+        return int(self.memory_mib or 0) << 20, ram << 20
 
     def guest_kernel(self) -> str | None:
         """The kernel release the guest boots: its image's, unknown (None) for a user's kernel."""
@@ -392,6 +419,9 @@ class GuestPlatform(Platform):
             "boot_s": run.boot_s if run else None,
             "guest_total_s": run.total_s if run else None,
             "vcpus": self.vcpus,
+            "memory_mib": self.memory_mib,
+            "guest_ram_mib": self.ram_mib,
+            "memory_mechanism": "guest RAM = study.memory + overhead",
             "pinned_host_cpus": list(self.host_cpus) if self.host_cpus else None,
             "placement": self.placement.to_dict() if self.placement else None,
             "kernel": str(self.boot_files.kernel),

@@ -95,7 +95,7 @@ class MicroVM(GuestPlatform):
         return disk
 
     def _start_vmm(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> None:
-        memory = int(self.config.get("memory_mib", 4096))
+        memory = self.ram_mib
         cmdline = kernel_cmdline(str(self.config.get("cmdline_extra") or ""))
         tsc_khz = host_tsc_khz()
         if accel == "tcg" and tsc_khz:

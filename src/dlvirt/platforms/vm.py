@@ -239,7 +239,7 @@ class VirtualMachine(GuestPlatform):
 
     def domain_definition(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> str:
         return domain_xml(
-            name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=int(self.config.get("memory_mib", 4096)),
+            name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=self.ram_mib,
             kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
             cmdline=kernel_cmdline(str(self.config.get("cmdline_extra") or "")), root_disk=root_disk,
             job_disk=job_disk, console=console, placement=self.placement, gpu_pci=self.gpu_pci)

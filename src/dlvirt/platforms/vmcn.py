@@ -1,7 +1,8 @@
 """Container in a VM (VMCN): the VM platform boots the Docker guest image, and inside the guest
 dlvirt's CN platform runs the harness container exactly as it does on a host.
 
-``VMCN/N/VNL`` = a VM with N unpinned vCPUs, container ``--cpus=N``. ``VMCN/N/PIN`` = vCPUs pinned to
+``VMCN/N/VNL`` = a VM with N unpinned vCPUs, container ``--cpus=N``; the container's ``--memory`` is
+``study.memory``, the guest's RAM that plus the guest overhead. ``VMCN/N/PIN`` = vCPUs pinned to
 N host cores (checked from the host) and container ``--cpuset-cpus`` on the guest's N CPUs. The
 guest image carries the CN image preloaded (``guestimage`` variant ``docker``), so the container is
 the very image CN runs. Inside, the CN platform verifies what the container saw (cgroup, quota,
@@ -35,7 +36,6 @@ DOCKERD_READY_S = 600  # dockerd's first start under TCG takes a while
 class ContainerInVM(VirtualMachine):
     kind = PlatformKind(name="VMCN", title="container in a VM: Docker inside the VM platform's guest", order=3,
                         colour=3, virtualised=True, image="docker")
-    container_memory_settings = ("container_memory",)
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
@@ -76,7 +76,7 @@ class ContainerInVM(VirtualMachine):
         spec = self.disk_dir / SPEC
         write_json_atomic(spec, {
             "scenario": self.scenario.to_dict(), "run_id": self.run_id, "timeout_s": timeout_s,
-            "container": {"image": self.image, "memory": self.config.get("container_memory", "8g"),
+            "container": {"image": self.image, "memory_mib": self.memory_mib,
                           # the guest mirrors the host nodes its vCPUs use: place the cpuset there
                           "placement": self.config.get("placement")}})
         out = self.execute(self.guest_script(guest_job), timeout_s, files={**files, SPEC: spec}, job=guest_job)
@@ -85,15 +85,13 @@ class ContainerInVM(VirtualMachine):
         return HarnessOutput.read(out / "harness.json")
 
     def expected(self) -> Expected:
-        from dlvirt.platforms.cn import memory_bytes
-
         cpus = tuple(range(self.vcpus))
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus,
                         quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
                         # the container cannot name its hypervisor, but sees that it is in the guest
                         container="docker", vm=None, in_vm=True, pci_bus=True, kernel=self.guest_kernel(),
-                        memory_limit_bytes=memory_bytes(self.config.get("container_memory", "8g")),
-                        **self.guest_span())
+                        memory_limit_bytes=self.memory_bounds()[0], memory_at_least_bytes=self.memory_bounds()[0],
+                        mem_total_at_most_bytes=self.memory_bounds()[1], **self.guest_span())
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()

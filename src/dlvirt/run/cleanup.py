@@ -21,7 +21,7 @@ PREFIX = "dlvirt-"
 
 def stale_cgroups() -> list[Path]:
     found: list[Path] = []
-    for base in {cgroups.ROOT / "cpu", cgroups.ROOT / "cpuset", cgroups.ROOT / "cpu,cpuacct", cgroups.ROOT}:
+    for base in {*cgroups.v1_hierarchies(), cgroups.ROOT}:
         if base.is_dir():
             found.extend(p for p in base.glob(f"{PREFIX}*") if p.is_dir())
     return sorted(set(found))

@@ -21,7 +21,7 @@ from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
 from dlvirt.run.repetitions import count_problem
-from dlvirt.system.hostinfo import capabilities, node_identity, slurm_allocation
+from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -61,6 +61,10 @@ def check_node(cls: type[Platform], spec: JobSpec) -> None:
     if why is None and slurm is not None and slurm["cpus_on_node"] and usable < slurm["cpus_on_node"]:
         why = (f"this SLURM job step may use {usable} of the {slurm['cpus_on_node']} CPUs SLURM gave the job "
                "(give benchmark jobs the whole node: --exclusive and cpus_per_task = the node's CPUs)")
+    memory_mib = spec.platform_settings.get("memory_mib")
+    if why is None and memory_mib is not None and cls.host_memory_mib(memory_mib) << 20 > memory_bytes():
+        why = (f"study.memory of {memory_mib} MiB ({cls.host_memory_mib(memory_mib)} MiB for {scenario.platform}) "
+               f"is more than this machine's {memory_bytes() >> 20} MiB")
     if why is not None:
         raise PlatformError(f"{scenario.name} cannot run on {socket.gethostname()}: {why}")
 

@@ -1,7 +1,8 @@
-"""Create, join and remove CPU cgroups on cgroup v1 or v2, and read the quota a process lives under.
+"""Create, join and remove cgroups on cgroup v1 or v2, and read the limits a process lives under.
 
 Bare metal uses the same kernel mechanisms Docker uses (CFS quota for ``--cpus``, cpusets for
-``--cpuset-cpus``), so BM and CN scenarios differ only in the platform, not in how cores are limited.
+``--cpuset-cpus``, the memory controller's limit for ``--memory``), so BM and CN scenarios differ
+only in the platform, not in how cores and memory are limited.
 """
 
 from __future__ import annotations
@@ -30,13 +31,20 @@ def _v2_root() -> Path | None:
     return None
 
 
+# The file that tells a v1 hierarchy carries the controller.
+_V1_MARKER = {"cpu": "cpu.cfs_quota_us", "cpuset": "cpuset.cpus", "memory": "memory.limit_in_bytes"}
+
+
 def _v1_dir(controller: str) -> Path | None:
     for candidate in (ROOT / controller, ROOT / "cpu,cpuacct"):
-        if controller == "cpu" and (candidate / "cpu.cfs_quota_us").exists():
-            return candidate
-        if controller == "cpuset" and (candidate / "cpuset.cpus").exists():
+        if (candidate / _V1_MARKER[controller]).exists():
             return candidate
     return None
+
+
+def v1_hierarchies() -> list[Path]:
+    """The v1 hierarchies dlvirt makes groups in (none on a pure v2 host)."""
+    return sorted({d for c in _V1_MARKER if (d := _v1_dir(c)) is not None})
 
 
 def version() -> int | None:
@@ -109,16 +117,31 @@ def _v2_enable(root: Path, wanted: list[str]) -> None:
             control.write_text(f"+{controller}\n")
 
 
+def _v1_group(group: Cgroup, controller: str, name: str) -> Path:
+    """Group ``name`` in the v1 hierarchy of ``controller``, made once and added to ``group``
+    (two controllers may share a hierarchy)."""
+    base = _v1_dir(controller)
+    if base is None:
+        raise CgroupError(f"no cgroup v1 {controller} controller mounted under /sys/fs/cgroup")
+    directory = base / name
+    if directory not in group.dirs:
+        directory.mkdir()
+        group.dirs.append(directory)
+    return directory
+
+
 def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...] | None = None,
-           mems: tuple[int, ...] | None = None) -> Cgroup:
+           mems: tuple[int, ...] | None = None, memory_bytes: int | None = None) -> Cgroup:
     """Create cgroup ``name`` limited by a CFS quota of ``quota_cores`` and/or the cpuset ``cpus``
-    with its memory nodes ``mems`` (default: the parent's)."""
+    with its memory nodes ``mems`` (default: the parent's) and/or a memory limit of
+    ``memory_bytes``, without swap (what docker's ``--memory`` with ``--memory-swap`` equal sets)."""
     group = Cgroup()
     pinned = cpus is not None or mems is not None
     try:
         root = _v2_root()
         if root is not None:
-            wanted = [c for c, on in (("cpu", quota_cores is not None), ("cpuset", pinned)) if on]
+            wanted = [c for c, on in (("cpu", quota_cores is not None), ("cpuset", pinned),
+                                      ("memory", memory_bytes is not None)) if on]
             _v2_enable(root, wanted)
             directory = root / name
             directory.mkdir()
@@ -131,28 +154,29 @@ def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...]
             if quota_cores is not None:
                 quota = math.ceil(quota_cores * CFS_PERIOD_US)
                 (directory / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}\n")
+            if memory_bytes is not None:
+                (directory / "memory.max").write_text(f"{memory_bytes}\n")
+                if (directory / "memory.swap.max").exists():  # absent without swap accounting
+                    (directory / "memory.swap.max").write_text("0\n")
             return group
         if quota_cores is not None:
-            base = _v1_dir("cpu")
-            if base is None:
-                raise CgroupError("no cgroup v1 cpu controller mounted under /sys/fs/cgroup")
-            directory = base / name
-            directory.mkdir()
-            group.dirs.append(directory)
+            directory = _v1_group(group, "cpu", name)
             (directory / "cpu.cfs_period_us").write_text(f"{CFS_PERIOD_US}\n")
             (directory / "cpu.cfs_quota_us").write_text(f"{math.ceil(quota_cores * CFS_PERIOD_US)}\n")
         if pinned:
-            base = _v1_dir("cpuset")
-            if base is None:
-                raise CgroupError("no cgroup v1 cpuset controller mounted under /sys/fs/cgroup")
-            directory = base / name
-            directory.mkdir()
-            group.dirs.append(directory)
+            directory = _v1_group(group, "cpuset", name)
+            base = directory.parent
             # a v1 cpuset starts empty: both files must be set before a task may join
             (directory / "cpuset.mems").write_text(format_cpulist(mems) if mems is not None
                                                    else (base / "cpuset.mems").read_text())
             (directory / "cpuset.cpus").write_text(format_cpulist(cpus) if cpus is not None
                                                    else (base / "cpuset.cpus").read_text())
+        if memory_bytes is not None:
+            directory = _v1_group(group, "memory", name)
+            # the limit first: memory+swap may not be set below it
+            (directory / "memory.limit_in_bytes").write_text(f"{memory_bytes}\n")
+            if (directory / "memory.memsw.limit_in_bytes").exists():  # absent without swap accounting
+                (directory / "memory.memsw.limit_in_bytes").write_text(f"{memory_bytes}\n")
         return group
     except BaseException:
         group.remove()
@@ -261,8 +285,8 @@ def effective_memory_limit_bytes() -> int | None:
     if root is not None:
         chain, limit_file = _walk_up(root, _own_path(None)), "memory.max"
     else:
-        base = ROOT / "memory"
-        if not (base / "memory.limit_in_bytes").exists():
+        base = _v1_dir("memory")
+        if base is None:
             return None
         chain, limit_file = _walk_up(base, _own_path("memory")), "memory.limit_in_bytes"
     for directory in chain:

@@ -101,10 +101,7 @@ def _cpu_model() -> str:
 
 def memory_bytes() -> int:
     """This host's memory (MemTotal), in bytes."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return observe.mem_total_bytes()
 
 
 def package_versions(names: tuple[str, ...] = ("tensorflow-cpu", "tensorflow", "torch", "mlcommons-loadgen",

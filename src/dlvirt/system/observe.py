@@ -72,6 +72,16 @@ def virtualization() -> dict[str, str]:
     return {"container": container_type(), "vm": vm_type()}
 
 
+def mem_total_bytes() -> int:
+    """The RAM the kernel this process runs on manages (MemTotal): a guest's own; the host's in a
+    container (0 where /proc/meminfo does not say)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def image_tag() -> str | None:
     """The tag a dlvirt-built container image carries inside (None outside such an image)."""
     try:
@@ -117,6 +127,7 @@ def observe() -> dict[str, Any]:
         "quota_cores": cgroups.effective_quota_cores(),
         "cgroup": cgroups.own_cgroup_paths(),
         "memory_limit_bytes": cgroups.effective_memory_limit_bytes(),
+        "mem_total_bytes": mem_total_bytes(),
         "image": image_tag(),
         "virtualization": virtualization(),
         "pci_devices": pci_devices(),
