@@ -102,6 +102,8 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     # study.memory is the container's limit (docker --memory), read from inside and recorded
     assert observed["memory_limit_bytes"] == 4 << 30 == result.expected["memory_limit_bytes"]
     assert result.platform["memory_mib"] == 4096
+    # the engine's version as the daemon reports it (not the CLI's on PATH)
+    assert result.platform["docker_version"] == engine.version()["Version"]
     cgroup_id = result.expected["cgroup_id"]
     assert cgroup_id and any(cgroup_id in path for path in observed["cgroup"].values())
     assert result.runs[0].threads["intra_op"] == 1  # sized from the quota, not the visible cores
@@ -109,6 +111,13 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     assert result.platform["start_to_harness_s"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
     assert our_containers(engine) == []
+
+
+def test_host_facts_take_dockers_version_from_the_daemon(engine):
+    from dlvirt.system import engine_versions
+
+    facts = engine_versions.host_engines(docker_engine.engine_url(SETTINGS), os.uname().machine)["docker"]
+    assert facts["version"] == engine.version()["Version"] and "Docker SDK" in facts["source"]
 
 
 def test_framework_default_in_a_quota_uses_every_host_core_and_is_throttled(engine, cn_image, ic_dataset, tmp_path):

@@ -34,7 +34,7 @@ COLUMNS = KEY_COLUMNS + [
     "post_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "throttled_pct", "throttled_s", "steal_pct",
     "ctx_switches", "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
     "pipeline", "dataset_source", "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct",
-    "gpu_mem_mib", "sockets", "numa_nodes", "memory_mib", "code_version", "host_virtualization",
+    "gpu_mem_mib", "sockets", "numa_nodes", "memory_mib", "max_rss_mib", "code_version", "host_virtualization",
 ]
 NO_ESTIMATE = Estimate(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan)
 
@@ -127,6 +127,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
     peaks = [g["peak_mib"] for g in gpus if g.get("peak_mib") is not None]
     # PIN scenarios' recorded placement (VNL has none): the most sockets / nodes any launch spanned
     placements = [result.placement for result in results if result.placement and "sockets" in result.placement]
+    rss = [r.telemetry["max_rss_mib"] for r in every_run if r.telemetry and r.telemetry.get("max_rss_mib")]
     return {
         "tool": first.tool,
         "app": first.app,
@@ -189,6 +190,8 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "numa_nodes": max(p["nodes"] for p in placements) if placements else None,
         # study.memory as the platform applied and verified it (empty in results from before it existed)
         "memory_mib": first.platform.get("memory_mib"),
+        # the harness's peak resident memory in any of its runs: how close it came to that
+        "max_rss_mib": max(rss) if rss else None,
         "code_version": code,
         # rows of a platform that is not virtualised (bare metal): what that "bare metal" itself is, as
         # the harness saw it (vm/container, "none" on bare metal); None for results that lack the fact

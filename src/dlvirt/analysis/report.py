@@ -111,6 +111,13 @@ def _platform_memory(frame: pd.DataFrame) -> str:
             "container; a guest's RAM is that plus its overhead (guest_ram_mib in the run files)")
 
 
+def _engines(engines: dict[str, dict[str, Any]] | None) -> str:
+    """Each engine's version as its daemon (or, not running, its binary) gave it to host facts."""
+    found = [f"{name} {facts['version']} ({facts.get('source')})" for name, facts in (engines or {}).items()
+             if facts.get("version")]
+    return "; ".join(found) or "none recorded"
+
+
 def _frequency(freq: dict[str, Any] | None) -> str:
     if not freq:
         return "not recorded"
@@ -210,7 +217,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
             ("KVM", "usable" if caps.get("kvm") else
                     ("device present, no hardware virtualisation (vmx/svm)" if caps.get("kvm_device") else "absent")),
             ("GPU", ", ".join(caps.get("gpus") or []) or "none"),
-            ("engines", ", ".join(f"{k}: {v}" for k, v in (facts.get("tools") or {}).items() if v) or "none"),
+            ("engines", _engines(facts.get("engines"))),
             ("in a container", "yes" if facts.get("in_container") else "no"),
             ("itself virtualized", host_virtualization(facts) or "no (or not recorded)"),
         ],

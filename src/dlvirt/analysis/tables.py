@@ -70,14 +70,15 @@ def app_table(records: list[dict[str, Any]], plan: PlanDocument) -> pd.DataFrame
 
 
 def _engine_version(described: list[dict[str, Any]], host: dict[str, Any]) -> str:
-    """Versions the platform recorded itself; else the host's version of each tool its engine or
-    hypervisor names (libvirt → libvirtd, qemu → qemu)."""
-    own = {f"{k}={v}" for d in described for k, v in d.items() if "version" in k and v}
+    """Versions the platform recorded itself, asked of its daemons and binaries; else (results
+    from before they did) the host's engine that its engine or hypervisor names (libvirt →
+    libvirtd, qemu → qemu), as results/host.json got it from the daemon."""
+    own = {f"{k}={v}" for d in described for k, v in d.items() if k.endswith("_version") and v}
     if own:
         return ", ".join(sorted(own))
     words = {w.lower() for d in described for key in ("engine", "vmm") for w in str(d.get(key) or "").split()}
-    found = [str(v) for tool, v in (host.get("tools") or {}).items()
-             if v and any(tool.startswith(w) or w.startswith(tool) for w in words)]
+    found = [f"{name} {facts['version']} (host)" for name, facts in (host.get("engines") or {}).items()
+             if facts.get("version") and any(name.startswith(w) or w.startswith(name) for w in words)]
     return "; ".join(found) if found else "-"
 
 

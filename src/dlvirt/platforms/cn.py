@@ -26,7 +26,7 @@ from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
-from dlvirt.system import docker_engine
+from dlvirt.system import docker_engine, engine_versions
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
@@ -97,6 +97,8 @@ class Container(Platform):
         # dlvirt's image carries its tag both as a label and in a file the harness reads inside
         self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
         self.engine = self.client.info()
+        # the daemon's own version (not the CLI's): what runs the containers
+        self.server = engine_versions.docker_version(self.client.version(), docker_engine.engine_url(self.config))
         if int(self.engine["NCPU"]) != len(online_cpus()):
             raise PlatformError(f"the Docker engine at {docker_engine.engine_url(self.config)} has "
                                 f"{self.engine['NCPU']} CPUs, this host {len(online_cpus())}: "
@@ -206,6 +208,7 @@ class Container(Platform):
     def describe(self) -> dict[str, Any]:
         mechanism = "--cpuset-cpus + --cpuset-mems" if self.scenario.pinned else "--cpus (CFS quota)"
         return {"platform": self.name, "engine": f"docker {self.engine.get('ServerVersion')}",
+                "docker_version": self.server["version"], "docker_server": self.server,
                 "engine_url": docker_engine.engine_url(self.config), "cgroup_driver": self.engine.get("CgroupDriver"),
                 "cpu_mechanism": mechanism, "accel": "none", "cpus": list(self.cpus),
                 "placement": self.placement.to_dict() if self.placement else None, "image": self.image,

@@ -20,6 +20,7 @@ from typing import Any
 from dlvirt.core.kinds import PlatformKind
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPlatform, kernel_cmdline
+from dlvirt.system.engine_versions import binary_version
 
 QEMU = "qemu-system-x86_64"
 
@@ -154,6 +155,10 @@ class MicroVM(GuestPlatform):
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
+        # the version of the binary that ran the guest
+        binary = self.firecracker if self.vmm == "firecracker" else shutil.which(QEMU)
         facts.update({"engine": self.vmm, "vmm": self.vmm, "cpu_mechanism": "unpinned vCPUs",
-                      "firecracker": self.firecracker, "vmm_note": self.vmm_note})
+                      "firecracker": self.firecracker, "vmm_note": self.vmm_note,
+                      f"{'firecracker' if self.vmm == 'firecracker' else 'qemu'}_version": binary_version(binary),
+                      "vmm_binary": binary})
         return facts

@@ -30,11 +30,12 @@ from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms.base import Expected, PlatformError
 from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
-from dlvirt.system import engines
+from dlvirt.system import engine_versions, engines
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist
 
-URI = "qemu:///system"
+URI = engine_versions.LIBVIRT_URI
+EMULATOR = "/usr/bin/qemu-system-x86_64"  # the <emulator> of every domain dlvirt defines
 VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")
 QEMU_PIDFILES = Path("/run/libvirt/qemu")
 PCI_ADDRESS = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -115,7 +116,7 @@ def guest_layout(placement: Placement) -> GuestLayout:
 def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Path, initrd: Path,
                cmdline: str, root_disk: Path, job_disk: Path, console: Path,
                placement: Placement | None = None, gpu_pci: dict[str, str] | None = None,
-               emulator: str = "/usr/bin/qemu-system-x86_64") -> str:
+               emulator: str = EMULATOR) -> str:
     """The libvirt domain for one job: no network, serial console to a file, destroyed on
     power-off, reboot or crash. ``placement``: a pinned VM (see the module docstring)."""
     dom = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
@@ -236,6 +237,8 @@ class VirtualMachine(GuestPlatform):
         except libvirt.libvirtError as exc:
             raise PlatformError(f"cannot connect to libvirt at {URI}: {exc}") from None
         self.domain: Any = None
+        # libvirtd's version as the daemon reports it, QEMU's from the emulator the domain names
+        self.engine_versions = engine_versions.libvirt_versions(self.conn, EMULATOR)
 
     def domain_definition(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> str:
         return domain_xml(
@@ -304,6 +307,7 @@ class VirtualMachine(GuestPlatform):
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
         facts.update({"engine": "libvirt", "vmm": "qemu", "domain": self.domain_name,
+                      **getattr(self, "engine_versions", {}),
                       "cpu_mechanism": ("libvirt <vcpupin> + <numatune> + guest NUMA cells" if self.placement
                                         else "unpinned vCPUs"),
                       "guest_layout": guest_layout(self.placement).to_dict() if self.placement else None,

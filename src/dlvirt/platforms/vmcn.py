@@ -95,7 +95,9 @@ class ContainerInVM(VirtualMachine):
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
-        facts.update({"engine": "libvirt + docker in the guest", "container": self.container_facts.get("describe"),
+        container = self.container_facts.get("describe") or {}
+        facts.update({"engine": "libvirt + docker in the guest", "container": container or None,
+                      "guest_docker_version": container.get("docker_version"),
                       "container_image": self.image,
                       "cpu_mechanism": ("libvirt <vcpupin> + docker --cpuset-cpus" if self.scenario.pinned
                                         else "unpinned vCPUs + docker --cpus (CFS quota)")})

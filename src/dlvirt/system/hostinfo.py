@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups, observe, topology
+from dlvirt.system import cgroups, docker_engine, engine_versions, observe, topology
 
 
 @dataclass(frozen=True)
@@ -138,17 +138,6 @@ def python_stack() -> dict[str, Any]:
                                       if k in ("tensorflow-cpu", "tensorflow", "torch")) + ")"}
 
 
-def _tool_version(cmd: list[str]) -> str | None:
-    if shutil.which(cmd[0]) is None:
-        return None
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (out.stdout or out.stderr).strip().splitlines()
-    return text[0] if text else None
-
-
 def node_identity() -> dict[str, Any]:
     """The machine a job runs on: on a cluster or an edge host each result records its own, because
     results/host.json describes only the machine that wrote it."""
@@ -218,12 +207,8 @@ def facts() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "packages": package_versions(),
         "stack": python_stack(),
-        "tools": {
-            "docker": _tool_version(["docker", "--version"]),
-            "qemu": _tool_version(["qemu-system-x86_64", "--version"]),
-            "libvirtd": _tool_version(["libvirtd", "--version"]),
-            "firecracker": _tool_version(["firecracker", "--version"]),
-        },
+        # asked of the running daemons (the Docker SDK, libvirt's API), not of the CLIs on PATH
+        "engines": engine_versions.host_engines(docker_engine.engine_url({}), uname.machine),
     }
 
 

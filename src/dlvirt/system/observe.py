@@ -171,15 +171,18 @@ def counters() -> dict[str, Any]:
     """Cumulative counters a repetition's telemetry is the difference of (``telemetry``)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"cpu_stat": cgroups.cpu_stat(), "proc_stat": _proc_stat_cpu(),
-            "voluntary_ctx": usage.ru_nvcsw, "involuntary_ctx": usage.ru_nivcsw}
+            "voluntary_ctx": usage.ru_nvcsw, "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss}
 
 
 def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSampler | None = None) -> dict[str, Any]:
     """What the kernel did to this process between two ``counters()``: CFS throttling of the cgroup
     that limits it, steal time (non-zero only in a guest whose host took time from its vCPUs),
-    context switches, and, from ``sampler``, the CPUs its threads ran on."""
+    context switches, the process's peak resident memory, and, from ``sampler``, the CPUs its
+    threads ran on."""
     found: dict[str, Any] = {"voluntary_ctx": after["voluntary_ctx"] - before["voluntary_ctx"],
-                             "involuntary_ctx": after["involuntary_ctx"] - before["involuntary_ctx"]}
+                             "involuntary_ctx": after["involuntary_ctx"] - before["involuntary_ctx"],
+                             # the process's peak resident memory so far (what study.memory must hold)
+                             "max_rss_mib": after["max_rss_kib"] / 1024}
     if before["cpu_stat"] is not None and after["cpu_stat"] is not None:
         found.update({key: after["cpu_stat"][key] - before["cpu_stat"][key]
                       for key in ("nr_periods", "nr_throttled", "throttled_s")})
