@@ -20,11 +20,8 @@ PREFIX = "dlvirt-"
 
 
 def stale_cgroups() -> list[Path]:
-    found: list[Path] = []
-    for base in {*cgroups.v1_hierarchies(), cgroups.ROOT}:
-        if base.is_dir():
-            found.extend(p for p in base.glob(f"{PREFIX}*") if p.is_dir())
-    return sorted(set(found))
+    """dlvirt's cgroups in every hierarchy, at its root or (a v1 memory group) inside its runner's."""
+    return sorted(p for p in cgroups.ROOT.rglob(f"{PREFIX}*") if p.is_dir() and PREFIX not in p.parent.name)
 
 
 def owner_alive(name: str, prefix: str = PREFIX) -> bool:

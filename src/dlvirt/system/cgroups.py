@@ -117,13 +117,14 @@ def _v2_enable(root: Path, wanted: list[str]) -> None:
             control.write_text(f"+{controller}\n")
 
 
-def _v1_group(group: Cgroup, controller: str, name: str) -> Path:
+def _v1_group(group: Cgroup, controller: str, name: str, nested: bool = False) -> Path:
     """Group ``name`` in the v1 hierarchy of ``controller``, made once and added to ``group``
-    (two controllers may share a hierarchy)."""
+    (two controllers may share a hierarchy); ``nested``: inside this process's own group there,
+    so that a limit above it (a SLURM job's, a session's) still holds and still counts it."""
     base = _v1_dir(controller)
     if base is None:
         raise CgroupError(f"no cgroup v1 {controller} controller mounted under /sys/fs/cgroup")
-    directory = base / name
+    directory = (_walk_up(base, _own_path(controller))[0] if nested else base) / name
     if directory not in group.dirs:
         directory.mkdir()
         group.dirs.append(directory)
@@ -172,7 +173,7 @@ def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...]
             (directory / "cpuset.cpus").write_text(format_cpulist(cpus) if cpus is not None
                                                    else (base / "cpuset.cpus").read_text())
         if memory_bytes is not None:
-            directory = _v1_group(group, "memory", name)
+            directory = _v1_group(group, "memory", name, nested=True)
             # the limit first: memory+swap may not be set below it
             (directory / "memory.limit_in_bytes").write_text(f"{memory_bytes}\n")
             if (directory / "memory.memsw.limit_in_bytes").exists():  # absent without swap accounting
