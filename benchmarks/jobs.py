@@ -32,6 +32,7 @@ def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: 
     return JobSpec.from_dict({
         "tool": "mlperf", "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": threads,
         "pipeline": pipeline, "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"],
-        "app_settings": cfg, "dataset_dir": str(dataset), "platform_settings": {"memory_mib": MEMORY_MIB, **(platform_settings or {})},
+        "app_settings": cfg, "dataset_dir": str(dataset),
+        "platform_settings": {"memory_mib": MEMORY_MIB, **(platform_settings or {})},
         "allow_emulation": False,
         "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor}})

@@ -389,10 +389,10 @@ class GuestPlatform(Platform):
 
     def expected(self) -> Expected:
         cpus = tuple(range(self.vcpus))
+        floor, ceiling = self.memory_bounds()
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus, quota_cores=None,
                         container="none", vm=VM_TYPE[self.accel], in_vm=True, pci_bus=self.pci_bus,
-                        kernel=self.guest_kernel(), memory_at_least_bytes=self.memory_bounds()[0],
-                        mem_total_at_most_bytes=self.memory_bounds()[1])
+                        kernel=self.guest_kernel(), memory_at_least_bytes=floor, mem_total_at_most_bytes=ceiling)
 
     def memory_bounds(self) -> tuple[int, int]:
         """What the guest's harness must see of its memory, in bytes: at least study.memory (its

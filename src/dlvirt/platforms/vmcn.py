@@ -86,12 +86,13 @@ class ContainerInVM(VirtualMachine):
 
     def expected(self) -> Expected:
         cpus = tuple(range(self.vcpus))
+        floor, ceiling = self.memory_bounds()
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus,
                         quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
                         # the container cannot name its hypervisor, but sees that it is in the guest
                         container="docker", vm=None, in_vm=True, pci_bus=True, kernel=self.guest_kernel(),
-                        memory_limit_bytes=self.memory_bounds()[0], memory_at_least_bytes=self.memory_bounds()[0],
-                        mem_total_at_most_bytes=self.memory_bounds()[1], **self.guest_span())
+                        memory_limit_bytes=floor, memory_at_least_bytes=floor, mem_total_at_most_bytes=ceiling,
+                        **self.guest_span())
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
