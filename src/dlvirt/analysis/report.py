@@ -107,8 +107,8 @@ def _platform_memory(frame: pd.DataFrame) -> str:
     sizes = sorted({int(v) for v in frame.get("memory_mib", pd.Series(dtype=float)).dropna()})
     if not sizes:
         return "not recorded"
-    return (" and ".join(f"{mib} MiB" for mib in sizes) + " (study.memory): the cgroup limit of BM and of every "
-            "container; a guest's RAM is that plus its overhead (guest_ram_mib in the run files)")
+    return (" and ".join(f"{mib} MiB" for mib in sizes) + " (study.memory): the cgroup memory limit of bare metal "
+            "and of every container; a guest's RAM is that plus its overhead (guest_ram_mib in the run files)")
 
 
 def _engines(engines: dict[str, dict[str, Any]] | None) -> str:
