@@ -12,15 +12,12 @@ from dlvirt.apps.ic import ImageClassification
 from dlvirt.apps.nlp import QuestionAnswering
 from dlvirt.apps.rs import Recommendation
 from dlvirt.apps.sr import SpeechRecognition
-from dlvirt.core.errors import ConfigError
-from dlvirt.core.kinds import AppKind
+from dlvirt.core.kinds import AppKind, look_up, registry
 
 _IMPLEMENTED: list[type[App]] = [ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation]
-CLASSES: dict[str, type[App]] = {cls.kind.name: cls for cls in sorted(_IMPLEMENTED, key=lambda c: c.kind.order)}
+CLASSES: dict[str, type[App]] = registry(_IMPLEMENTED)
 KINDS: dict[str, AppKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 
 def app_class(name: str) -> type[App]:
-    if name not in CLASSES:
-        raise ConfigError(f"app {name!r} is not implemented (known: {', '.join(sorted(CLASSES))})")
-    return CLASSES[name]
+    return look_up(CLASSES, name, "app")

@@ -10,7 +10,9 @@ writes the display facts (``display()``) into ``results/plan.json`` and analysis
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from dlvirt.core.errors import ConfigError
 
 # PlatformKind.image: the container image the CN platform runs (rule cn_image builds it).
 CONTAINER_IMAGE = "container"
@@ -105,3 +107,24 @@ class Kinds:
 
     def app(self, name: str) -> dict[str, Any]:
         return next(a for a in self.apps if a["name"] == name)
+
+
+class Declared(Protocol):
+    """A platform or app class: what the registries collect."""
+
+    @property
+    def kind(self) -> PlatformKind | AppKind: ...
+
+
+D = TypeVar("D", bound=Declared)
+
+
+def registry(classes: list[D]) -> dict[str, D]:
+    """The classes by their kind's name, in their kind's order."""
+    return {cls.kind.name: cls for cls in sorted(classes, key=lambda c: c.kind.order)}
+
+
+def look_up(classes: dict[str, D], name: str, what: str) -> D:
+    if name not in classes:
+        raise ConfigError(f"{what} {name!r} is not implemented (known: {', '.join(sorted(classes))})")
+    return classes[name]

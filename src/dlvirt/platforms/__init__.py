@@ -8,8 +8,7 @@ import those where a platform runs.
 
 from __future__ import annotations
 
-from dlvirt.core.errors import ConfigError
-from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
+from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind, look_up, registry
 from dlvirt.platforms.base import Platform
 from dlvirt.platforms.bm import BareMetal
 from dlvirt.platforms.cn import Container
@@ -18,14 +17,12 @@ from dlvirt.platforms.vm import VirtualMachine
 from dlvirt.platforms.vmcn import ContainerInVM
 
 _IMPLEMENTED: list[type[Platform]] = [BareMetal, Container, VirtualMachine, ContainerInVM, MicroVM]
-CLASSES: dict[str, type[Platform]] = {cls.kind.name: cls for cls in sorted(_IMPLEMENTED, key=lambda c: c.kind.order)}
+CLASSES: dict[str, type[Platform]] = registry(_IMPLEMENTED)
 KINDS: dict[str, PlatformKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 
 def platform_class(name: str) -> type[Platform]:
-    if name not in CLASSES:
-        raise ConfigError(f"platform {name!r} is not implemented (known: {', '.join(sorted(CLASSES))})")
-    return CLASSES[name]
+    return look_up(CLASSES, name, "platform")
 
 
 def container_platform() -> str:
