@@ -6,8 +6,10 @@ only), and ``image.json`` describing what is in it. Variants:
 
 - ``probe``: python3 only. Enough for the platform tests: the dlvirt package comes on the job disk
   of every run, and ``observe`` needs nothing but the standard library.
-- ``full``: the same Python stack as bare metal (the host's lock), installed from a
-  wheelhouse resolved on the host (``pip wheel``), so the guest never needs the network.
+- ``full``: what a job runs of the host's Python stack (``JOB_DISTRIBUTIONS``: the harness, the
+  apps' frameworks, LoadGen) at the host lock's versions, installed from a wheelhouse resolved on
+  the host (``pip wheel``), so the guest never needs the network; the workflow's, the analysis' and
+  the lint tools stay on the host.
 - ``gpu``: ``full`` plus the NVIDIA kernel driver for a passed-through GPU (``VM/*/GPU``): Debian's
   ``nvidia-driver`` and ``nvidia-smi`` from non-free (the module is built by DKMS against the
   guest kernel's headers), or the packages ``platforms.VM.gpu_driver`` names, from the mirror or as
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -126,6 +129,42 @@ class ImageError(RuntimeError):
     pass
 
 
+# What a job imports inside a guest, by distribution name: the harness (numpy, SciPy, LoadGen), the
+# apps' frameworks and pre-processing (TensorFlow, torch, Pillow, transformers, tokenizers) and the
+# GPU stack's NVML bindings. Everything else of the lock (Snakemake, pandas, matplotlib, Jupyter,
+# the Docker and libvirt SDKs, pytest, mypy, ruff ...) runs on the host only.
+JOB_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "torch", "mlcommons-loadgen", "numpy", "scipy", "pillow",
+                     "transformers", "tokenizers", "nvidia-ml-py")
+REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._ -]+\])?")
+
+
+def _distribution(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _top_level(source: Path) -> list[str]:
+    """The requirement lines of ``source``, with those of the files it includes (``-r``)."""
+    if not source.is_file():
+        raise ImageError(f"{source}: missing (the top-level requirements a lock is resolved from)")
+    lines: list[str] = []
+    for line in source.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        lines += _top_level(source.parent / line[2:].strip()) if line.startswith("-r") else [line] if line else []
+    return lines
+
+
+def job_requirements(lock: Path) -> tuple[str, ...]:
+    """The ``JOB_DISTRIBUTIONS`` among the top-level requirements ``lock`` was resolved from (its
+    ``.in`` file), as name plus extras (the GPU TensorFlow's ``[and-cuda]`` brings its CUDA
+    wheels): the lock pins the versions."""
+    found = []
+    for line in _top_level(Path(lock).with_suffix(".in")):
+        match = REQUIREMENT.match(line)
+        if match and _distribution(match.group(1)) in JOB_DISTRIBUTIONS:
+            found.append(match.group(1) + (match.group(2) or ""))
+    return tuple(found)
+
+
 def _run(cmd: list[str], **kwargs: Any) -> None:
     """Run a build step in its own process group, so that stopping the build (SIGTERM turned
     into SystemExit by the CLI, Ctrl-C) stops debootstrap's or dpkg's children too."""
@@ -167,20 +206,19 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path, only: tuple[str, ...] = ()) -> None:
-    """A venv at GUEST_VENV with the locked requirements (or just ``only``, at their locked
-    versions), installed offline from the wheelhouse."""
+def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path, only: tuple[str, ...]) -> None:
+    """A venv at GUEST_VENV with ``only`` and their dependencies at the versions of the lock
+    ``requirements``, installed offline from the wheelhouse."""
     if not wheelhouse.is_dir() or not any(wheelhouse.glob("*.whl")):
         raise ImageError(f"wheelhouse {wheelhouse} has no wheels")
     staged = rootfs / "tmp" / "wheelhouse"
     same_fs = wheelhouse.stat().st_dev == rootfs.stat().st_dev
     shutil.copytree(wheelhouse, staged, copy_function=os.link if same_fs else shutil.copy2)
     shutil.copy2(requirements, staged / "requirements.txt")
-    wanted = ["-c", "/tmp/wheelhouse/requirements.txt", *only] if only else ["-r", "/tmp/wheelhouse/requirements.txt"]
     try:
         _chroot(rootfs, "python3", "-m", "venv", GUEST_VENV)
         _chroot(rootfs, f"{GUEST_VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--find-links",
-                "/tmp/wheelhouse", *wanted)
+                "/tmp/wheelhouse", "-c", "/tmp/wheelhouse/requirements.txt", *only)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -296,7 +334,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
                     raise ImageError(f"the {variant} guest image needs a wheelhouse and a requirements file")
                 # docker: the guest only drives its dockerd (dlvirt's CN platform, Docker SDK)
                 _install_python_stack(rootfs, Path(wheelhouse), Path(requirements),
-                                      only=("docker",) if variant == "docker" else ())
+                                      only=("docker",) if variant == "docker" else job_requirements(Path(requirements)))
                 if stack is not None and variant != "docker":  # which lock (dlvirt.system.hostinfo.python_stack)
                     _write(rootfs / GUEST_VENV.lstrip("/") / "dlvirt-stack.json", json.dumps(stack) + "\n")
             _chroot(rootfs, "apt-get", "clean")
