@@ -8,12 +8,12 @@ import math
 
 def t_half_width(std: float, n: int, level: float = 0.95) -> float:
     """Half-width of the two-sided ``level`` Student-t interval of a mean of ``n`` values (NaN below 2)."""
-    # scipy.stats costs 0.7 s to import: the runner of every job imports this module, only the
-    # harness's stopping rule and the analysis compute an interval
-    from scipy import stats as sps
-
     if n < 2:
         return math.nan
+    # scipy.stats costs 0.7 s to import here and 38 s in a TCG guest: the runner and the harness of
+    # every job import this module, only the harness's stopping rule and the analysis compute an interval
+    from scipy import stats as sps
+
     return float(sps.t.ppf(0.5 + level / 2, n - 1) * std / math.sqrt(n))
 
 
