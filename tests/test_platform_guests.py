@@ -20,7 +20,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import copy_workflow, smoke_config, snakemake, write_config
 from dlvirt.core.scenario import Scenario
@@ -222,38 +221,59 @@ def _guest_processes(name: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def mvm_ic_workflow(tmp_path_factory) -> Path:
-    """The real workflow builds the full guest image (the host's Python stack, offline), the tiny IC
-    dataset, and runs IC in an MVM; the emulated two-socket test boots the same image and dataset."""
+    """The real workflow builds the full guest image (the job's part of the host's Python stack,
+    offline), the tiny IC dataset, and runs IC in an MVM; the emulated two-socket test boots the
+    same image with the same dataset."""
     workflow_dir = copy_workflow(tmp_path_factory.mktemp("mvm") / "wf")
     config = smoke_config()
     config["study"].update({"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1, "warmup_repetitions": 0,
                             "matrix": [{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
                                         "processors": ["CPU"]}]})
-    # two images: ResNet50 under TCG costs about a minute per image on a busy 2-core host
-    config["apps"]["ic"].update({"batch_size": 2, "dataset": {"path": None, "count": 2},
-                                 "loadgen": {"min_query_count": 2}})
+    # one image: under TCG on a busy 2-core host TensorFlow's import, ResNet50's first call and each
+    # image take minutes (measured: 81 s, ~200 s, ~200 s of guest time), so the job gets 30 min
+    config["apps"]["ic"].update({"batch_size": 1, "dataset": {"path": None, "count": 1},
+                                 "loadgen": {"min_query_count": 1}})
+    config["harness"]["timeout_s"] = 1800
     config["study"]["memory"] = "3g"
     path = write_config(workflow_dir / "guest.yaml", config)
-    snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=1500)
+    snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=2400)
     return workflow_dir
 
 
+MVM_RUN = "results/runs/mlperf/ic/MVM/1/VNL/CPU/1.json"
+
+
+# Under TCG this job is TensorFlow's import (81 s of guest time), ResNet50's first call (~200 s) and
+# an image (~200 s) on an emulated vCPU: with the image build ~15 min of a busy 2-core machine,
+# beyond the suite's budget. Not a hang: faulthandler dumps every 60 s showed TensorFlow computing
+# throughout, and session 1's harness (8393ff0) was as slow in the same image on the same host.
+TCG_IC = pytest.mark.skipif(
+    guest.planned_accel(CAPS) == "tcg" and not os.environ.get("DLVIRT_TCG_IC_E2E"),
+    reason="IC in a TCG guest takes ~10 min of emulated TensorFlow (ResNet50's first call and each image "
+           "~200 s of guest time here): DLVIRT_TCG_IC_E2E=1 runs it")
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(guest.planned_accel(CAPS) == "tcg" and not os.environ.get("DLVIRT_TCG_IC_E2E"),
-                    reason="IC in a TCG micro-VM now exceeds the 900 s guest timeout after loading TensorFlow "
-                           "(a regression of this session, not yet found: see the closing note); "
-                           "DLVIRT_TCG_IC_E2E=1 runs it")
+@TCG_IC
 def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(mvm_ic_workflow):
-    """The row says which accelerator ran IC in the MVM and how long the guest took to boot."""
+    """The row says which accelerator ran IC in the MVM, how long the guest took to boot and how
+    much time the host stole from its vCPU; the run passed the guest-side checks: a VM, no PCI bus
+    (a microVM), the guest image's kernel."""
     import pandas as pd
 
     workflow_dir = mvm_ic_workflow
     row = pd.read_csv(workflow_dir / "results" / "summary.csv").set_index("scenario").loc["MVM/1/VNL/CPU"]
     assert row.accel == guest.planned_accel(CAPS) and row.boot_s > 0 and row.reps == 1
-    run = json.loads((workflow_dir / "results/runs/mlperf/ic/MVM/1/VNL/CPU/1.json").read_text())
-    assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm"
-    assert run["runs"][0]["observed"]["nproc"] == 1
-    assert yaml.safe_load((workflow_dir / "resources/guest/full/image.json").read_text())["variant"] == "full"
+    assert isinstance(row.steal_pct, float) and row.steal_pct == row.steal_pct  # numeric, not NaN
+    run = json.loads((workflow_dir / MVM_RUN).read_text())
+    image = json.loads((workflow_dir / "resources/guest/full/image.json").read_text())
+    assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm" and image["variant"] == "full"
+    assert run["expected"]["in_vm"] is True and run["expected"]["pci_bus"] is False
+    assert run["expected"]["kernel"] == image["kernel"]
+    observed = run["runs"][0]["observed"]
+    assert observed["nproc"] == 1 and observed["virtualization"]["vm"] == guest.VM_TYPE[run["platform"]["accel"]]
+    assert observed["pci_devices"] == 0 and observed["kernel"] == image["kernel"]
+    assert run["runs"][0]["telemetry"]["steal_pct"] is not None
 
 
 class TwoSocketHost(MicroVM):
