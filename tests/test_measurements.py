@@ -97,13 +97,16 @@ def test_cpu_stat_reads_both_cgroup_versions(tmp_path, text, throttled_s):
 
 def test_telemetry_is_the_difference_of_two_snapshots():
     before = {"cpu_stat": {"nr_periods": 5, "nr_throttled": 1, "throttled_s": 0.5},
-              "proc_stat": [100, 0, 50, 800, 0, 0, 0, 50, 0, 0], "voluntary_ctx": 10, "involuntary_ctx": 2}
+              "proc_stat": [100, 0, 50, 800, 0, 0, 0, 50, 0, 0], "voluntary_ctx": 10, "involuntary_ctx": 2,
+              "max_rss_kib": 1024}
     after = {"cpu_stat": {"nr_periods": 15, "nr_throttled": 6, "throttled_s": 1.5},
-             "proc_stat": [160, 0, 70, 880, 0, 0, 0, 90, 7, 0], "voluntary_ctx": 30, "involuntary_ctx": 5}
+             "proc_stat": [160, 0, 70, 880, 0, 0, 0, 90, 7, 0], "voluntary_ctx": 30, "involuntary_ctx": 5,
+             "max_rss_kib": 3072}
     found = observe.telemetry(before, after)
     assert (found["nr_periods"], found["nr_throttled"], found["throttled_s"]) == (10, 5, 1.0)
     assert found["steal_pct"] == pytest.approx(100 * 40 / 200)
     assert (found["voluntary_ctx"], found["involuntary_ctx"]) == (20, 3)
+    assert found["max_rss_mib"] == 3.0  # the peak so far, not a difference
     live = observe.telemetry(observe.counters(), observe.counters())
     assert live["voluntary_ctx"] >= 0
 
