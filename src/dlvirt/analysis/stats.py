@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from dlvirt.core.interval import t_half_width
+from dlvirt.core.interval import MODIFIED_Z_LIMIT, inliers, t_half_width
 
-MODIFIED_Z_LIMIT = 3.5
 ALPHA = 0.05  # per one-sided test
 
 
@@ -37,19 +36,6 @@ class Estimate:
     ci95: float      # half-width of the 95 % Student-t interval (NaN for a single value)
     median: float
     iqr: float       # interquartile range (linear interpolation)
-
-
-def inliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> np.ndarray:
-    """Mask of the values whose modified z-score is within ``limit`` (all of them below n = 3)."""
-    array = np.asarray(values, dtype=float)
-    if array.size < 3:
-        return np.ones(array.size, dtype=bool)
-    deviation = np.abs(array - np.median(array))
-    mad = float(np.median(deviation))
-    scale = mad / 0.6745 if mad > 0 else 1.253314 * float(deviation.mean())
-    if scale == 0:
-        return np.ones(array.size, dtype=bool)
-    return deviation / scale <= limit
 
 
 def drop_outliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> tuple[list[float], int]:

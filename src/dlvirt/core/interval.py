@@ -1,9 +1,14 @@
-"""The Student-t confidence interval of a mean: shared by the harness's stopping rule (inside the
-platform) and the analysis, so both mean the same by "95 % CI"."""
+"""The Student-t confidence interval of a mean and the outlier rule: shared by the harness's
+stopping rule (inside the platform) and the analysis, so both mean the same by "95 % CI" of the
+repetitions a summary keeps."""
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
+
+MODIFIED_Z_LIMIT = 3.5
 
 
 def t_half_width(std: float, n: int, level: float = 0.95) -> float:
@@ -25,3 +30,16 @@ def relative_half_width(values: list[float]) -> float:
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     return t_half_width(std, n) / abs(mean) if mean else math.inf
+
+
+def inliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> np.ndarray:
+    """Mask of the values whose modified z-score is within ``limit`` (all of them below n = 3)."""
+    array = np.asarray(values, dtype=float)
+    if array.size < 3:
+        return np.ones(array.size, dtype=bool)
+    deviation = np.abs(array - np.median(array))
+    mad = float(np.median(deviation))
+    scale = mad / 0.6745 if mad > 0 else 1.253314 * float(deviation.mean())
+    if scale == 0:
+        return np.ones(array.size, dtype=bool)
+    return deviation / scale <= limit

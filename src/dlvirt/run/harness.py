@@ -35,10 +35,9 @@ import numpy as np
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.codeversion import code_version
-from dlvirt.core.interval import relative_half_width
 from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run import dlbs
-from dlvirt.run.repetitions import stop_reason
+from dlvirt.run.repetitions import precision, stop_reason
 from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
 
@@ -383,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     HarnessOutput(
         app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
         repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
-                     "rel_ci95": relative_half_width([r.e2e_s for r in runs])},
+                     "rel_ci95": precision([r.e2e_s for r in runs])},
         model_load_s=load_s, dataset=app.dataset_info,
         model=dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
         versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
