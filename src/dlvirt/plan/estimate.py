@@ -22,6 +22,7 @@ from dlvirt.core.machinetime import hours, launch_overhead_s
 from dlvirt.core.records import JobResult
 from dlvirt.plan.planner import Job, Plan, kinds
 from dlvirt.run.dlbs import settings_for as dlbs_settings
+from dlvirt.run.repetitions import kept
 
 PAPER_ALTERNATIVE = {"min": 3, "rel_ci95": 0.01}  # the adaptive setting paper.yaml documents
 
@@ -49,7 +50,8 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
     for key, records in found.items():
         reps = [r for record in records for r in record.runs]
         per_sample = sum(r.e2e_s for r in reps) / max(1, sum(r.samples for r in reps))
-        e2e = [r.e2e_s for r in reps]
+        # the spread the stopping rule sees: each launch's repetitions with its outliers set aside
+        e2e = [v for record in records for v in kept([r.e2e_s for r in record.runs])]
         mean = sum(e2e) / len(e2e)
         cv = (math.sqrt(sum((v - mean) ** 2 for v in e2e) / (len(e2e) - 1)) / mean) if len(e2e) > 1 else math.nan
         overhead = sum(launch_overhead_s(r) for r in records) / len(records)
