@@ -301,7 +301,7 @@ class TwoSocketHost(MicroVM):
         ]
 
 
-# Inside the emulated server: dlvirt's runner runs BM/2/PIN and BM/2/VNL IC jobs exactly as on any
+# Inside the emulated server: dlvirt's runner runs BM/2/PIN and BM/2/VNL jobs exactly as on any
 # host (placement, a cgroup v2 group with cpuset.cpus + cpuset.mems or cpu.max and memory.max, the
 # harness, verification, teardown) and writes their result files; after each, what is left of the
 # cgroups dlvirt made.
