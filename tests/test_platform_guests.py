@@ -245,16 +245,19 @@ def mvm_ic_workflow(tmp_path_factory) -> Path:
 MVM_RUN = "results/runs/mlperf/ic/MVM/1/VNL/CPU/1.json"
 
 
-# Under TCG ResNet50 is minutes of emulated floating point per image: in the MVM job TensorFlow's
-# import took 81 s of guest time, its first call and an image ~200 s each (the image build adds
-# ~4 min of a busy 2-core machine); in the two-socket guest PyTorch's (apps.ic.framework) took 572 s
-# on one thread (a single 3x3 64-channel convolution at 56x56 alone ~25 s; on zeros, which the emulator's
-# float fast paths favour, ~10x less). Not a hang: faulthandler dumps every 60 s showed TensorFlow
-# computing throughout. Beyond the suite's budget, so with KVM always, under TCG on request.
+# Under TCG ResNet50 is minutes of emulated floating point per image (guest time, this 2-core host):
+# in the MVM job (one vCPU) TensorFlow's import took 81 s, its first call and an image ~200 s each;
+# in the two-socket guest (4 vCPUs on the 2 host cores, the model on one thread) TensorFlow's model
+# load with its first call 207 s and the image 563 s, PyTorch's (apps.ic.framework) image 572 s. One
+# 3x3 64-channel convolution at 56x56 alone takes ~25 s on one thread there; on all-zero inputs,
+# which the emulator's float fast paths favour, a whole ResNet50 call took ~50 s on two threads,
+# about 5x less than on image data. Not a hang: faulthandler dumps every 60 s showed TensorFlow
+# computing throughout. With the image build that is beyond the suite's budget: with KVM always,
+# under TCG on request.
 TCG_IC = pytest.mark.skipif(
     guest.planned_accel(CAPS) == "tcg" and not os.environ.get("DLVIRT_TCG_IC_E2E"),
-    reason="IC in a TCG guest is minutes of emulated ResNet50 per image (here ~200 s in TensorFlow on a vCPU, "
-           "~570 s in PyTorch on one thread): DLVIRT_TCG_IC_E2E=1 runs it")
+    reason="IC in a TCG guest is minutes of emulated ResNet50 per image (here 200-570 s of guest time, by "
+           "framework and guest): DLVIRT_TCG_IC_E2E=1 runs it")
 
 
 @pytest.mark.slow
