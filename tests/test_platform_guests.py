@@ -379,6 +379,7 @@ def test_bm_pin_and_vnl_jobs_on_an_emulated_two_socket_numa_host_with_cgroup_v2(
     assert_nothing_left(host)
     for result in (pin, vnl):
         assert result["verified"] and result["runs"][0]["samples"] == 1
+        assert result["runs"][0]["loadgen"]["validity"] == "VALID"  # a run the summary counts
         assert result["platform"]["memory_mib"] == 1536
         assert result["runs"][0]["observed"]["memory_limit_bytes"] == 1536 << 20
     # PIN: two cores of one socket, memory of that socket's node only, through a v2 cpuset

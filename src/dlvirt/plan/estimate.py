@@ -49,6 +49,7 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
     out = {}
     for key, records in found.items():
         reps = [r for record in records for r in record.runs]
+        # machine time per sample over every repetition: an outlier costs time as much as any other
         per_sample = sum(r.e2e_s for r in reps) / max(1, sum(r.samples for r in reps))
         # the spread the stopping rule sees: each launch's repetitions with its outliers set aside
         e2e = [v for record in records for v in kept([r.e2e_s for r in record.runs])]
