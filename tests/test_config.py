@@ -32,6 +32,8 @@ def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
      "study.repetitions.rel_ci95: 0 is less than or equal to the minimum of 0"),
     (lambda c: c["study"].update(repetitions={"min": 9, "max": 5, "rel_ci95": 0.05}),
      "study.repetitions: min (9) is above max (5)"),
+    (lambda c: c["study"].update(warmup_repetitions=2, warmup_max=1),
+     "study.warmup_max (1) is below study.warmup_repetitions (2)"),
     (lambda c: c["study"]["matrix"][0].update(pinning=["PINNED"]), "'PINNED' is not one of"),
     (lambda c: c["study"].update(matrix=[{"platforms": ["MVM"], "cores": [1], "pinning": ["PIN"]}]),
      r"study.matrix[0].pinning: MVM cannot be pinned"),

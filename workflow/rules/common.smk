@@ -218,6 +218,8 @@ def benchmark_spec(job):
         "replicate": job.replicate,
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
+        "warmup_max": config["study"]["warmup_max"],
+        "warmup_tolerance": config["study"]["warmup_tolerance"],
         "threads": config["harness"]["threads"],
         "pipeline": config["harness"]["pipeline"],
         "timeout_s": config["harness"]["timeout_s"],

@@ -5,7 +5,9 @@ one site measured on different hardware (a cluster's mixed nodes) are compared, 
 every row names its hardware (launches on several kinds: all of them), and summarising warns when
 one site's rows span several kinds of hardware.
 
-LoadGen-INVALID repetitions stay out of every statistic of a row; ``invalid`` counts them. A row's
+LoadGen-INVALID repetitions stay out of every statistic of a row; ``invalid`` counts them. Outliers
+(the modified z-score rule, within each launch) stay in: ``outliers`` counts them and
+``outlier_reps`` lists them per launch, each launch's median beside its mean. A row's
 launches must all have been measured by one version of dlvirt's code (the harness's, which the
 runner's must match): otherwise summarising is refused unless allowed, and the row says "mixed".
 """
@@ -20,18 +22,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlvirt.analysis.stats import Estimate, estimate, inliers, trend
-from dlvirt.core import codeversion
+from dlvirt.analysis.stats import Estimate, estimate, trend
+from dlvirt.core import codeversion, variance
 from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.interval import outliers
 from dlvirt.core.records import JobResult, Repetition
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.system.hostinfo import hardware_label
 
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
-    "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "mean_s", "ci95_s", "ci_n", "ci_unit",
-    "std_s", "between_sd_s", "round_means_s", "drift_p", "median_s", "iqr_s", "invalid", "pre_s", "infer_s",
-    "post_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "throttled_pct", "throttled_s", "steal_pct",
+    "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "outlier_reps", "mean_s", "ci95_s", "ci_n",
+    "ci_unit", "std_s", "within_sd_s", "between_sd_s", "round_means_s", "round_medians_s", "drift_p", "median_s",
+    "iqr_s", "invalid", "pre_s", "infer_s", "post_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s",
+    "throttled_pct", "throttled_s", "steal_pct",
     "ctx_switches", "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
     "pipeline", "dataset_source", "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct",
     "gpu_mem_mib", "sockets", "numa_nodes", "memory_mib", "max_rss_mib", "code_version", "host_virtualization",
@@ -48,11 +52,14 @@ def valid_runs(result: JobResult) -> list[Repetition]:
     return [r for r in result.runs if (r.loadgen or {}).get("validity", "VALID") == "VALID"]
 
 
-def kept_runs(result: JobResult) -> list[Repetition]:
-    """The launch's valid repetitions without their outliers (the rule of ``dlvirt.analysis.stats``)."""
-    valid = valid_runs(result)
-    e2e = [r.e2e_s for r in valid]
-    return [r for r, keep in zip(valid, inliers(e2e), strict=True) if keep] if valid else []
+def outlier_list(launches: list[tuple[int, list[Repetition]]]) -> str:
+    """The flagged repetitions of each launch that has any: ``round 2: rep 3; round 5: rep 1, 4``."""
+    parts = []
+    for replicate, runs in launches:
+        flagged = outliers([r.e2e_s for r in runs])
+        if flagged:
+            parts.append(f"round {replicate}: rep {', '.join(str(runs[i].repetition) for i in flagged)}")
+    return "; ".join(parts)
 
 
 def code_column(results: list[JobResult], allow_mixed_code: bool = False) -> str:
@@ -92,21 +99,25 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
     The statistical unit is the launch: with two or more, ``mean_s`` and ``ci95_s`` are the mean and
     95 % Student-t half-width of the launch means (n = replicates), so the interval covers what
     differs between launches (boot, placement, machine drift), not only the noise within one. With
-    one launch they fall back to its repetitions (``ci_unit`` says which). INVALID repetitions and
-    outliers (within each launch) are dropped from every column; a launch left with none counts
-    no more."""
+    one launch they fall back to its repetitions (``ci_unit`` says which). INVALID repetitions are
+    left out of every column (a launch left with none counts no more); outliers are flagged, not
+    dropped. ``within_sd_s`` and ``between_sd_s`` are the variance components (``core.variance``,
+    log scale, times the mean: the SD in seconds), ``between_sd_s`` without the within-launch noise
+    the launch means carry."""
     results = sorted(results, key=lambda r: r.replicate)
     first = results[0]
     code = code_column(results, allow_mixed_code)
-    per_launch = [kept for kept in (kept_runs(result) for result in results) if kept]
-    runs = [r for kept in per_launch for r in kept]
+    launches = [(result.replicate, valid) for result in results if (valid := valid_runs(result))]
+    per_launch = [valid for _, valid in launches]
+    runs = [r for valid in per_launch for r in valid]
     e2e = [r.e2e_s for r in runs]
-    launch_means = [float(np.mean([r.e2e_s for r in kept])) for kept in per_launch]
+    launch_means = [float(np.mean([r.e2e_s for r in valid])) for valid in per_launch]
+    components = variance.of_launches([[r.e2e_s for r in valid] for valid in per_launch])
     if len(per_launch) >= 2:
-        est, unit = estimate(launch_means, drop=False), "replicate"
+        est, unit = estimate(launch_means), "replicate"
     else:
-        est, unit = (estimate(e2e, drop=False) if e2e else NO_ESTIMATE), "repetition"
-    pooled = estimate(e2e, drop=False) if e2e else NO_ESTIMATE
+        est, unit = (estimate(e2e) if e2e else NO_ESTIMATE), "repetition"
+    pooled = estimate(e2e) if e2e else NO_ESTIMATE
     scenario = first.scenario
 
     def phase(name: str) -> float:
@@ -139,16 +150,19 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "vmm": first.platform.get("vmm"),
         "replicates": len(results),
         "reps": len(runs),
-        "min_reps": min((len(kept) for kept in per_launch), default=0),
-        "outliers": sum(len(valid_runs(result)) for result in results) - len(runs),
+        "min_reps": min((len(valid) for valid in per_launch), default=0),
+        "outliers": sum(len(outliers([r.e2e_s for r in valid])) for valid in per_launch),
+        "outlier_reps": outlier_list(launches),
         "mean_s": est.mean,
         "ci95_s": est.ci95,
         "ci_n": est.n,
         "ci_unit": unit,
         "std_s": est.std,
-        "between_sd_s": float(np.std(launch_means, ddof=1)) if len(launch_means) >= 2 else np.nan,
-        # drift over the study: the launch means in round order, and the p-value of their trend
+        "within_sd_s": est.mean * components.within_sd,
+        "between_sd_s": est.mean * components.between_sd,
+        # drift over the study: the launch means (and medians) in round order, and the p-value of their trend
         "round_means_s": ";".join(f"{m:.6g}" for m in launch_means),
+        "round_medians_s": ";".join(f"{float(np.median([r.e2e_s for r in valid])):.6g}" for valid in per_launch),
         "drift_p": trend(launch_means)[1],
         "median_s": pooled.median,
         "iqr_s": pooled.iqr,

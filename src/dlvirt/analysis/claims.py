@@ -383,7 +383,7 @@ def _boot_times(study: Study, rows: pd.DataFrame) -> dict[str, Value]:
     for platform, group in rows.dropna(subset=["boot_s"]).groupby("platform"):
         values = [float(v) for v in group["boot_s"]]
         if len(values) >= 2:
-            est = estimate(values, drop=False)
+            est = estimate(values)
             out[str(platform)] = Value(f"{platform} boot", Mean.from_ci95(est.mean, est.ci95, est.n), est.n)
     return out
 

@@ -4,7 +4,9 @@ equivalence (TOST) on relative differences.
 - Outliers: the modified z-score of Iglewicz & Hoaglin, ``0.6745 · |x − median| / MAD > 3.5``
   (with MAD = 0, the mean absolute deviation · 1.2533 stands in). Unlike a 3σ rule on the sample's
   own standard deviation (largest possible |z| at n is (n−1)/√n: 0.71 at n = 2, 2.85 at n = 10), it
-  can flag a value from n = 3 on; it never flags half of the values or more.
+  can flag a value from n = 3 on; it never flags half of the values or more. Flagged values are
+  counted and listed, never dropped: every statistic uses every value (the median stands beside
+  the mean for a reader who wants the robust one).
 - Intervals: 95 % Student-t half-width of the mean of the *units* (launch means when a scenario ran
   as several replicates, else its repetitions).
 - Comparisons work on the relative difference ``d = a / b − 1`` with its delta-method standard error
@@ -22,15 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from dlvirt.core.interval import MODIFIED_Z_LIMIT, inliers, t_half_width
+from dlvirt.core.interval import outliers, t_half_width
 
 ALPHA = 0.05  # per one-sided test
 
 
 @dataclass(frozen=True)
 class Estimate:
-    n: int           # values kept
-    outliers: int    # values removed by the modified z-score rule
+    n: int           # values (all of them: outliers are flagged, not dropped)
+    outliers: int    # values the modified z-score rule flags
     mean: float
     std: float
     ci95: float      # half-width of the 95 % Student-t interval (NaN for a single value)
@@ -38,26 +40,20 @@ class Estimate:
     iqr: float       # interquartile range (linear interpolation)
 
 
-def drop_outliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> tuple[list[float], int]:
-    """The values the outlier rule keeps, and how many it dropped."""
-    keep = inliers(values, limit)
-    return list(np.asarray(values, dtype=float)[keep]), int((~keep).sum())
-
-
-def estimate(values: list[float], drop: bool = True) -> Estimate:
-    """Mean, 95 % CI, median and IQR of ``values`` (outliers dropped first unless ``drop`` is false)."""
+def estimate(values: list[float]) -> Estimate:
+    """Mean, 95 % CI, median and IQR of every one of ``values``, and how many the outlier rule flags."""
     if not values:
         raise ValueError("no values to estimate from")
-    kept, removed = drop_outliers(values) if drop else (list(values), 0)
-    array = np.asarray(kept, dtype=float)
+    array = np.asarray(values, dtype=float)
     n = array.size
+    flagged = len(outliers(values))
     mean = float(array.mean())
     median = float(np.median(array))
     iqr = float(np.subtract(*np.percentile(array, [75, 25])))
     if n < 2:
-        return Estimate(n, removed, mean, math.nan, math.nan, median, iqr)
+        return Estimate(n, flagged, mean, math.nan, math.nan, median, iqr)
     std = float(array.std(ddof=1))
-    return Estimate(n, removed, mean, std, t_half_width(std, n), median, iqr)
+    return Estimate(n, flagged, mean, std, t_half_width(std, n), median, iqr)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The Student-t confidence interval of a mean and the outlier rule: shared by the harness's
-stopping rule (inside the platform) and the analysis, so both mean the same by "95 % CI" of the
-repetitions a summary keeps."""
+stopping rule (inside the platform) and the analysis, so both mean the same by "95 % CI" of a
+launch's repetitions. Outliers are flagged, never dropped: every repetition counts in every
+statistic (dropping at n = 3-4 underestimates the spread and removes the interference a platform
+may cause); the rule only lists the ones to look at."""
 
 from __future__ import annotations
 
@@ -32,14 +34,15 @@ def relative_half_width(values: list[float]) -> float:
     return t_half_width(std, n) / abs(mean) if mean else math.inf
 
 
-def inliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> np.ndarray:
-    """Mask of the values whose modified z-score is within ``limit`` (all of them below n = 3)."""
+def outliers(values: list[float], limit: float = MODIFIED_Z_LIMIT) -> list[int]:
+    """Positions of the values whose modified z-score exceeds ``limit`` (none below n = 3): flagged
+    for a reader, never removed."""
     array = np.asarray(values, dtype=float)
     if array.size < 3:
-        return np.ones(array.size, dtype=bool)
+        return []
     deviation = np.abs(array - np.median(array))
     mad = float(np.median(deviation))
     scale = mad / 0.6745 if mad > 0 else 1.253314 * float(deviation.mean())
     if scale == 0:
-        return np.ones(array.size, dtype=bool)
-    return deviation / scale <= limit
+        return []
+    return [int(i) for i in np.flatnonzero(deviation / scale > limit)]

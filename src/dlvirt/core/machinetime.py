@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from dlvirt.core.records import JobResult
+from dlvirt.core.records import JobResult, Repetition
 
 
 def launch_overhead_s(record: JobResult) -> float:
@@ -14,12 +14,23 @@ def launch_overhead_s(record: JobResult) -> float:
     return record.model_load_s + float(record.platform.get("boot_s") or 0)
 
 
+def repetition_s(rep: Repetition) -> float:
+    """One repetition's wall time from start to finish (E2E and what LoadGen does around it)."""
+    return (datetime.fromisoformat(rep.finished_utc) - datetime.fromisoformat(rep.started_utc)).total_seconds()
+
+
 def launch_machine_s(record: JobResult) -> float:
     """What one launch cost, as measured: its warm-ups and repetitions from start to finish, plus its
     model load and boot (provisioning the platform and writing the result not counted)."""
-    reps = [*record.warmups, *record.runs]
-    return launch_overhead_s(record) + sum(
-        (datetime.fromisoformat(r.finished_utc) - datetime.fromisoformat(r.started_utc)).total_seconds() for r in reps)
+    return launch_overhead_s(record) + sum(repetition_s(r) for r in [*record.warmups, *record.runs])
+
+
+def launch_cost_s(record: JobResult) -> float:
+    """What a launch costs before its first counted repetition (Kalibera & Jones's c_launch): the
+    platform's start-up to the harness (where recorded: CN's ``start_to_harness_s``), boot, model
+    load and the warm-ups."""
+    start = float(record.platform.get("start_to_harness_s") or 0)
+    return start + launch_overhead_s(record) + sum(repetition_s(r) for r in record.warmups)
 
 
 def hours(seconds: float) -> str:

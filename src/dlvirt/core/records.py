@@ -151,6 +151,10 @@ class JobSpec(Record):
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
     replicate: int = 1                  # the launch's round in the study's interleaved order
     pipeline: str | None = None     # harness.pipeline: overlapped | sequential (None: overlapped)
+    # steady-state warm-up (run.repetitions.is_warmup): at most this many warm-ups, until two
+    # consecutive repetitions agree within the tolerance (None: exactly warmup_repetitions)
+    warmup_max: int | None = None
+    warmup_tolerance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ class HarnessJob(Record):
     run_id: str
     dlbs: dict[str, Any] | None = None
     pipeline: str | None = None
+    warmup_max: int | None = None
+    warmup_tolerance: float | None = None
 
     @classmethod
     def of(cls, spec: JobSpec, dataset_dir: str, run_id: str) -> HarnessJob:
@@ -179,7 +185,7 @@ class HarnessJob(Record):
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
-                   pipeline=spec.pipeline)
+                   pipeline=spec.pipeline, warmup_max=spec.warmup_max, warmup_tolerance=spec.warmup_tolerance)
 
 
 @dataclass(frozen=True)
@@ -229,7 +235,8 @@ class HarnessOutput(Record):
     dataset: dict[str, Any]         # the dataset's provenance (DATASET_INFO)
     model: dict[str, Any]           # the model's provenance
     versions: dict[str, Any]
-    repetitions: dict[str, Any] | None = None  # asked, ran, why it stopped, rel_ci95 (run.repetitions)
+    # asked, ran, why it stopped, rel_ci95; warm-ups run and whether steady (run.repetitions)
+    repetitions: dict[str, Any] | None = None
     stack: dict[str, Any] | None = None  # the Python stack the harness ran on (hostinfo.python_stack)
     code: dict[str, Any] | None = None   # the code that measured (core.codeversion)
 

@@ -3,26 +3,29 @@
 Per planned job: seconds per sample measured for the same tool × app × scenario (else the same tool ×
 app × platform × processor at the nearest core count, scaled by the core ratio: ideal scale-up, so
 optimistic; else bare metal's likewise, without the platform's overhead: more optimistic), times
-the config's samples per repetition, times the repetitions of one launch (+ its warm-ups), plus the
-launch's measured model load and boot; times the replicates. Fixed repetitions count as asked;
-adaptive ones as the fewest n in [min, max] whose 95 % CI half-width, at the coefficient of
-variation the records show, is within ``rel_ci95`` (their min and max bound it). A job with nothing
-comparable measured (a GPU on a host without one) is counted as unknown.
+the config's samples per repetition, times the repetitions of one launch (+ its warm-ups: as many
+as the records' launches ran, within the config's warm-up bounds), plus the launch's measured
+start-up, model load and boot; times the replicates. Fixed repetitions count as asked; adaptive
+ones as the fewest n in [min, max] whose 95 % CI half-width, at the within-launch coefficient of
+variation the records show (the variance component the stopping rule sees: ``core.variance``, not
+the spread between launches), is within ``rel_ci95`` (their min and max bound it). A job with
+nothing comparable measured (a GPU on a host without one) is counted as unknown.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core import variance
 from dlvirt.core.interval import t_half_width
 from dlvirt.core.machinetime import hours, launch_overhead_s
 from dlvirt.core.records import JobResult
 from dlvirt.plan.planner import Job, Plan, kinds
 from dlvirt.run.dlbs import settings_for as dlbs_settings
-from dlvirt.run.repetitions import kept
 
 PAPER_ALTERNATIVE = {"min": 3, "rel_ci95": 0.01}  # the adaptive setting paper.yaml documents
 
@@ -32,8 +35,10 @@ class Measured:
     """What one scenario's run records show."""
 
     per_sample_s: float
-    cv: float          # coefficient of variation of E2E between repetitions (NaN below two)
-    overhead_s: float  # per launch: model load and boot
+    cv: float          # within-launch coefficient of variation of E2E (σ_w, log scale; NaN: unknown)
+    overhead_s: float  # per launch: start-up, model load and boot
+    warmups: float = math.nan  # warm-ups per launch, as the launches ran them (NaN: not recorded)
+    components: variance.Components | None = None
 
 
 def read_records(runs_dir: Path) -> list[JobResult]:
@@ -51,12 +56,12 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
         reps = [r for record in records for r in record.runs]
         # machine time per sample over every repetition: an outlier costs time as much as any other
         per_sample = sum(r.e2e_s for r in reps) / max(1, sum(r.samples for r in reps))
-        # the spread the stopping rule sees: each launch's repetitions with its outliers set aside
-        e2e = [v for record in records for v in kept([r.e2e_s for r in record.runs])]
-        mean = sum(e2e) / len(e2e)
-        cv = (math.sqrt(sum((v - mean) ** 2 for v in e2e) / (len(e2e) - 1)) / mean) if len(e2e) > 1 else math.nan
-        overhead = sum(launch_overhead_s(r) for r in records) / len(records)
-        out[key] = Measured(per_sample, cv, overhead)
+        # the spread the stopping rule sees: the repetitions about their own launch's mean
+        components = variance.of_launches([[r.e2e_s for r in record.runs] for record in records])
+        overhead = sum(launch_overhead_s(r) + float(r.platform.get("start_to_harness_s") or 0)
+                       for r in records) / len(records)
+        out[key] = Measured(per_sample, components.within_sd, overhead,
+                            sum(len(r.warmups) for r in records) / len(records), components)
     return out
 
 
@@ -77,6 +82,14 @@ def adaptive_count(setting: dict[str, Any], cv: float) -> int:
         if t_half_width(cv, n) <= float(setting["rel_ci95"]):
             return n
     return high
+
+
+def expected_warmups(study: dict[str, Any], m: Measured) -> float:
+    """The warm-ups a launch will run: as many as the measured launches ran, within the config's
+    bounds (without records of them: the config's minimum)."""
+    low = int(study["warmup_repetitions"])
+    high = max(low, int(study.get("warmup_max", low)))
+    return low if math.isnan(m.warmups) else min(high, max(low, m.warmups))
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,7 @@ def basis_for(job: Job, found: dict[tuple[str, str, str, int, str, str], Measure
                 if k[:3] == (job.tool, job.app, platform) and k[5] == s.processor]
         if near:
             _, key, m = min(near)
-            scaled = Measured(m.per_sample_s * key[3] / s.cores, m.cv, m.overhead_s)
+            scaled = dataclasses.replace(m, per_sample_s=m.per_sample_s * key[3] / s.cores)
             return scaled, f"from {key[2]}/{key[3]}/{key[4]}/{key[5]}, scaled by cores{caveat}"
     return None
 
@@ -112,7 +125,6 @@ def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> li
     setting = study["repetitions"]
     fixed = setting if isinstance(setting, int) else None
     adaptive = setting if isinstance(setting, dict) else {**PAPER_ALTERNATIVE, "max": setting}
-    warmups = int(study["warmup_repetitions"])
     found = measured(records)
     baseline = kinds().baseline
     out = []
@@ -123,6 +135,7 @@ def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> li
             continue
         m, how = basis
         per_rep = m.per_sample_s * samples_per_repetition(config, job)
+        warmups = expected_warmups(study, m)
         n = adaptive_count(adaptive, m.cv)
         out.append(JobEstimate(job, how, None if fixed is None else m.overhead_s + per_rep * (warmups + fixed),
                                m.overhead_s + per_rep * (warmups + n), n))

@@ -115,6 +115,10 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     repetitions = study["repetitions"]
     if isinstance(repetitions, dict) and repetitions["min"] > repetitions["max"]:
         raise ConfigError(f"study.repetitions: min ({repetitions['min']}) is above max ({repetitions['max']})")
+    warmups, most = study.get("warmup_repetitions", 1), study.get("warmup_max")
+    if most is not None and most < warmups:
+        raise ConfigError(f"study.warmup_max ({most}) is below study.warmup_repetitions ({warmups}), "
+                          "the warm-ups every launch runs")
     seen: set[Scenario] = set()
     blocks, prefix = study["matrix"], "study.matrix"
     if site != LOCAL_SITE:
@@ -197,6 +201,8 @@ def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) ->
         "host_cores": host_cores,
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
+        "warmup_max": config["study"].get("warmup_max"),
+        "warmup_tolerance": config["study"].get("warmup_tolerance"),
         # jobs in their planned order: round r (replicate r) of every scenario before round r + 1
         "replicates": config["study"].get("replicates", 1),
         "order_seed": config["study"].get("order_seed", 0),

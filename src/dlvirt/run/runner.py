@@ -20,7 +20,7 @@ from dlvirt.core.codeversion import code_version
 from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
-from dlvirt.run.repetitions import count_problem
+from dlvirt.run.repetitions import count_problem, warmup_problem
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
 
@@ -100,7 +100,8 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             described = {**platform.describe(), "virtualised": cls.kind.virtualised}
         require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
         stop = (harness.repetitions or {}).get("stop")
-        wrong_count = count_problem(spec.repetitions, len(harness.runs), stop)
+        wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
+                       or warmup_problem(spec.warmup_repetitions, spec.warmup_max, len(harness.warmups)))
         if wrong_count:
             raise VerificationError(wrong_count)
         result = JobResult(
