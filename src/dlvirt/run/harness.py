@@ -365,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         telemetry = observe.telemetry(before, observe.counters(), threads)
         # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
         used = None if sampler is None else gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
-        warming = is_warmup([r.e2e_s for r in warmups], record.e2e_s, job.warmup_repetitions, job.warmup_max,
-                            job.warmup_tolerance)
+        warming = is_warmup([r.e2e_s for r in warmups], len(runs), record.e2e_s, job.warmup_repetitions,
+                            job.warmup_max, job.warmup_tolerance)
         reported = {} if experimenter else app.framework_threads()
         if plan.policy == "granted" and not experimenter:
             check_framework_threads(plan, reported)

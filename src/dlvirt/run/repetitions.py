@@ -44,13 +44,16 @@ def agree(previous: float, value: float, tolerance: float) -> bool:
     return abs(value - previous) <= tolerance * min(value, previous)
 
 
-def is_warmup(warmups: list[float], value: float, minimum: int, maximum: int | None,
+def is_warmup(warmups: list[float], counted: int, value: float, minimum: int, maximum: int | None,
               tolerance: float | None) -> bool:
-    """Is the repetition just run (E2E ``value``, after the warm-ups ``warmups``) a warm-up too? The
-    first ``minimum`` are; after them one that does not agree with the previous within ``tolerance``
-    is, until ``maximum`` warm-ups have run (None: no steady-state check, ``minimum`` exactly).
-    The repetition that agrees is the launch's first counted one."""
+    """Is the repetition just run (E2E ``value``, after the warm-ups ``warmups`` and ``counted``
+    counted ones) a warm-up too? The first ``minimum`` are; after them one that does not agree with
+    the previous within ``tolerance`` is, until ``maximum`` warm-ups have run (None: no steady-state
+    check, ``minimum`` exactly). The repetition that agrees is the launch's first counted one, and
+    once counting has begun every repetition counts."""
     n = len(warmups)
+    if counted:
+        return False
     if n < minimum:
         return True
     if maximum is None or tolerance is None or n == 0 or n >= maximum:
