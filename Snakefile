@@ -27,7 +27,7 @@ onstart:
     # what a killed earlier run left (dlvirt-named, runner gone), never anything else.
     workflow_engines("up")
     # Job work directories only where every job runs here: a cluster node's job may outlive us.
-    work_roots = ["--work-roots", "results/runs", "results/sites"] if workflow.local_exec else []
+    work_roots = ["--work-roots", "results", "resources"] if workflow.local_exec else []
     dlvirt_command("cleanup", "--settings", json.dumps(config["platforms"]), *work_roots)
 
 

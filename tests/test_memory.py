@@ -106,7 +106,7 @@ class _Started(Exception):
 
 def test_mvm_command_line_and_firecracker_config_give_the_guest_its_ram(tmp_path, monkeypatch):
     mvm = _booted(_platform(MicroVM, "MVM/1/VNL/CPU", tmp_path), tmp_path)
-    mvm.disk_dir = tmp_path
+    mvm._disk_dir = tmp_path
     started: list[list[str]] = []
 
     def popen(cmd, **_kwargs):
@@ -134,7 +134,7 @@ def test_a_guest_without_study_memory_is_refused(tmp_path):
 
 def test_vmcn_container_limit_is_study_memory_inside_a_guest_of_memory_plus_overhead(tmp_path, monkeypatch):
     vmcn = _booted(_platform(ContainerInVM, "VMCN/1/VNL/CPU", tmp_path), tmp_path)
-    vmcn.disk_dir, vmcn.image = tmp_path, "dlvirt-cn:0123"
+    vmcn._disk_dir, vmcn.image = tmp_path, "dlvirt-cn:0123"
     sent: dict = {}
 
     def execute(_script, _timeout, *, files, job):

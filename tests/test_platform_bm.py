@@ -14,7 +14,7 @@ import pytest
 from dlvirt.system import cgroups
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.core.records import JobSpec
-from dlvirt.run.cleanup import stale_cgroups
+from dlvirt.run.cleanup import dlvirt_cgroups
 from dlvirt.platforms.base import Expected, PlatformError, VerificationError, verify
 from dlvirt.run.runner import run_job
 
@@ -41,7 +41,7 @@ def spec(dataset: Path, cores: int, pinning: str, **extra) -> JobSpec:
 
 
 def our_cgroups() -> list[Path]:
-    return [p for p in stale_cgroups() if p.name.startswith(f"dlvirt-{os.getpid()}-")]
+    return [p for p in dlvirt_cgroups() if p.name.startswith(f"dlvirt-{os.getpid()}-")]
 
 
 def test_vnl_one_core_is_a_quota_with_every_core_visible(ic_dataset, tmp_path):
@@ -218,7 +218,9 @@ def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_
     from dlvirt.run.cleanup import remove_stale_work_dirs
 
     runs = tmp_path / "runs"
-    live = runs / "BM" / f".work-{os.getpid()}-0000abcd-live"  # this test's own: its runner is alive
+    from dlvirt.core.owner import new_run_id
+
+    live = runs / "BM" / f".work-{new_run_id()}-live1234"  # this test's own: its runner is alive
     live.mkdir(parents=True)
     job = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec",
                             json.dumps(spec(ic_dataset, 1, "PIN").to_dict()),
@@ -233,6 +235,6 @@ def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_
     assert stale, "the job never started"
     assert list(remove_stale_work_dirs([runs])) == [f"removed stale job work directory {stale[0]}"]
     assert not stale[0].exists() and live.is_dir() and not (runs / "BM" / "r.json").exists()
-    for directory in stale_cgroups():
+    for directory in dlvirt_cgroups():
         if directory.name.startswith(f"dlvirt-{job.pid}-"):
             cgroups.Cgroup(dirs=[directory]).remove()

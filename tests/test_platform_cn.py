@@ -24,6 +24,7 @@ import pytest
 
 from conftest import copy_workflow, smoke_config, snakemake, write_config
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.core.owner import new_run_id
 from dlvirt.core.records import JobSpec
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import PlatformError
@@ -215,10 +216,10 @@ def test_failed_provisioning_names_the_missing_image(engine, ic_dataset, tmp_pat
 
 
 def test_stale_containers_of_dead_runs_are_removed_live_ones_kept(engine, cn_image):
-    dead = 2 ** 22 + 1  # above the default pid_max: no such process
-    made = [engine.containers.create(cn_image, ["sleep", "60"], name=f"dlvirt-{pid}-{os.urandom(4).hex()}",
-                                     network_mode="none", labels=docker_engine.labels(f"{pid}-x"))
-            for pid in (dead, os.getpid())]
+    dead = f"{2 ** 22 + 1}-1234-{os.urandom(4).hex()}"  # above the default pid_max: no such process
+    made = [engine.containers.create(cn_image, ["sleep", "60"], name=f"dlvirt-{run_id}",
+                                     network_mode="none", labels=docker_engine.labels(run_id))
+            for run_id in (dead, new_run_id())]
     try:
         removed = list(remove_stale_containers(SETTINGS))
         assert any(made[0].name in line for line in removed)

@@ -88,7 +88,7 @@ def settings(image: Path, **extra) -> dict:
 
 
 def assert_nothing_left(platform) -> None:
-    assert not platform.disk_dir.exists()
+    assert platform._disk_dir is None and not list(platform.work_root.glob(f"{platform.domain_name}-*"))
     assert _guest_processes(platform.domain_name) == []
     if isinstance(platform, VirtualMachine):
         conn = quiet_libvirt().open(URI)
@@ -195,7 +195,7 @@ with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings, Path({str(tmp_path)!r})
     runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         name = runner.stdout.readline().strip()
-        disks = guest.RUN_ROOT / name
+        disks = next(guest.DEFAULT_WORK_DIR.glob(f"{name}-*"))
         deadline = time.monotonic() + 300
         while not _guest_processes(name) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -205,7 +205,7 @@ with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings, Path({str(tmp_path)!r})
         runner.wait()
     assert _guest_processes(name) and disks.exists(), "the killed runner's guest runs on until cleanup"
     messages = list(remove_stale_guests())
-    assert any(name in m and "killed" in m for m in messages) and any(name in m and "disks" in m for m in messages)
+    assert any(name in m and "killed" in m for m in messages) and any(name in m and "folder" in m for m in messages)
     time.sleep(0.5)
     assert not disks.exists()
     assert not _guest_processes(name)

@@ -86,7 +86,7 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
     from pathlib import Path
 
     from conftest import tool_env
-    from dlvirt.run.cleanup import stale_cgroups
+    from dlvirt.run.cleanup import dlvirt_cgroups
     from dlvirt.run.interrupt import job_runners
 
     config = smoke_config(study={"apps": ["ic"], "tools": ["mlperf"], "repetitions": 50, "warmup_repetitions": 0,
@@ -119,7 +119,7 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
     print(f"job runner gone {stopped_s:.1f} s after SIGINT to snakemake")
     assert stopped_s < 30
     assert not run.exists() and not list(run.parent.glob(".work-*"))
-    assert not [p for p in stale_cgroups() if any(p.name.startswith(f"dlvirt-{pid}-") for pid in runners)]
+    assert not [p for p in dlvirt_cgroups() if any(p.name.startswith(f"dlvirt-{pid}-") for pid in runners)]
 
 
 def test_replicates_run_in_interleaved_rounds(workflow_dir):

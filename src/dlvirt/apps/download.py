@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from dlvirt.apps.base import AppError, sha256_file
+from dlvirt.core.owner import process_tag
 
 
 def fetch_verified(url: str, dest: Path, sha256: str, timeout_s: float = 120.0) -> Path:
@@ -23,7 +24,7 @@ def fetch_verified(url: str, dest: Path, sha256: str, timeout_s: float = 120.0) 
     if dest.is_file() and sha256_file(dest) == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{process_tag()}.", suffix=".part", dir=dest.parent)
     try:
         digest = hashlib.sha256()
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as response:

@@ -8,11 +8,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core.owner import process_tag
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{process_tag()}.", dir=path.parent)
     try:
         # mkstemp creates 0600; results (the report above all) should read like any file written here
         umask = os.umask(0)

@@ -32,12 +32,16 @@ from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
+from dlvirt.system import private
 from dlvirt.system.hostinfo import Capabilities
 
 GUEST_JOB_DIR = "/job"
-# Each guest's disks (copy-on-write root, job disk) and console live in RUN_ROOT/dlvirt-<run id>:
-# one machine-wide place, so the next workflow's cleanup finds those of a killed runner.
-RUN_ROOT = Path("/var/tmp/dlvirt-guests")
+# Each guest's disks (copy-on-write root, job disk) and console live in a folder
+# <work_dir>/dlvirt-<run id>-<random> (mkdtemp): one machine-wide private place (root's, 0700, checked
+# on every use: dlvirt.system.private), so the next workflow's cleanup finds those of a killed runner.
+# Not under /run: there it would be RAM on most hosts, and a job disk holds the dataset.
+DEFAULT_WORK_DIR = Path("/var/lib/dlvirt/guests")
+WORK_DIR_WHAT = "the guests' work directory (platforms.<VM|MVM|VMCN>.work_dir)"
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
 POLL_S = 0.05
 KILL_GRACE_S = 30.0             # host timeout = boot-to-job time + job timeout + this
@@ -55,6 +59,11 @@ GUEST_OVERHEAD_DIVISOR = 32     # + 1/32 of study.memory
 def guest_ram_mib(memory_mib: int) -> int:
     """The RAM of a guest whose harness is to have ``memory_mib`` (study.memory)."""
     return memory_mib + GUEST_OVERHEAD_MIB + memory_mib // GUEST_OVERHEAD_DIVISOR
+
+
+def work_root(settings: dict[str, Any]) -> Path:
+    """The private directory guests' work folders go in (platforms.<guest platform>.work_dir)."""
+    return Path(settings.get("work_dir") or DEFAULT_WORK_DIR)
 
 
 def kvm_problem(caps: Capabilities) -> str | None:
@@ -202,9 +211,17 @@ class GuestPlatform(Platform):
     def __init__(self, scenario: Scenario, config: dict[str, Any], workdir: Path, run_id: str) -> None:
         super().__init__(scenario, config, workdir, run_id)
         self.domain_name = f"dlvirt-{run_id}"
-        self.disk_dir = RUN_ROOT / self.domain_name
+        self.work_root = work_root(config)
+        self._disk_dir: Path | None = None
         self.last_run: GuestRun | None = None
         self.accel_note: str | None = None
+
+    @property
+    def disk_dir(self) -> Path:
+        """This job's private folder under the work root, checked (with the root) on every use."""
+        if self._disk_dir is None:
+            raise PlatformError(f"{self.name}: the guest's work folder is made by provision()")
+        return private.check(self._disk_dir, f"the work folder of guest {self.domain_name}")
 
     def variant(self) -> str:
         """The guest image variant this scenario boots."""
@@ -246,7 +263,7 @@ class GuestPlatform(Platform):
 
     def _root_disk(self, boot: BootFiles, dest: Path) -> Path:
         """A private copy-on-write root disk, so concurrent guests never share a writable disk."""
-        disk = dest / "root.qcow2"
+        disk = private.create_file(dest / "root.qcow2")
         proc = _run_quiet(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(boot.rootfs),
                            str(disk)])
         if proc.returncode != 0:
@@ -272,7 +289,7 @@ class GuestPlatform(Platform):
         from dlvirt.system.hostinfo import capabilities
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.disk_dir.mkdir(parents=True, exist_ok=True)
+        self._disk_dir = private.job_dir(self.work_root, f"{self.domain_name}-", WORK_DIR_WHAT)
         self.caps = capabilities()
         self.boot_files = BootFiles.resolve(self.config, self.variant(), self.name)
         self.accel = planned_accel(self.caps)
@@ -293,9 +310,9 @@ class GuestPlatform(Platform):
         staging = self.disk_dir / "jobdisk"
         if staging.exists():
             shutil.rmtree(staging)
-        staging.mkdir(parents=True)
-        (staging / "run.sh").write_text("set -e\n" + script)
-        (staging / "timeout_s").write_text(f"{int(timeout_s)}\n")
+        staging.mkdir()
+        private.create_file(staging / "run.sh", ("set -e\n" + script).encode())
+        private.create_file(staging / "timeout_s", f"{int(timeout_s)}\n".encode())
         package = Path(dlvirt.__file__).parent
         shutil.copytree(package, staging / "src" / "dlvirt", ignore=shutil.ignore_patterns("__pycache__"))
         if job is not None:
@@ -304,7 +321,7 @@ class GuestPlatform(Platform):
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             _copy_tree(src, staging / name) if src.is_dir() else shutil.copy2(src, staging / name)
         (staging / "out").mkdir()
-        job_disk = self.disk_dir / "job.img"
+        job_disk = private.create_file(self.disk_dir / "job.img")
         make_job_disk(job_disk, staging)
         shutil.rmtree(staging)
         run = self._boot(job_disk, timeout_s)
@@ -337,7 +354,7 @@ class GuestPlatform(Platform):
             root_disk = self._root_disk(self.boot_files, self.disk_dir)
             console = self.disk_dir / "console.log"
             console.unlink(missing_ok=True)
-            console.touch()
+            private.create_file(console)
             try:
                 run = self._watch(accel, root_disk, job_disk, console, boot_timeout, timeout_s)
             finally:
@@ -409,7 +426,9 @@ class GuestPlatform(Platform):
 
     def teardown(self) -> None:
         self._stop_vmm()
-        shutil.rmtree(self.disk_dir, ignore_errors=True)
+        if self._disk_dir is not None:
+            shutil.rmtree(self.disk_dir, ignore_errors=True)
+            self._disk_dir = None
 
     def describe(self) -> dict[str, Any]:
         run = self.last_run

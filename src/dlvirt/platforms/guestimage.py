@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dlvirt.core.atomic import write_json_atomic
+from dlvirt.core.owner import process_tag
 
 VARIANTS = ("probe", "full", "gpu", "docker")
 IMAGE_FILES = ("image.json", "rootfs.img", "vmlinuz", "initrd.img")  # what an image directory holds
@@ -251,7 +252,7 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
     import docker
 
     from dlvirt.platforms import container_image
-    from dlvirt.system import docker_engine, engines
+    from dlvirt.system import docker_engine, engines, private
 
     tar = work / "cn-image.tar"
     client = docker_engine.connect(engine_settings, container_image.SETTINGS)
@@ -262,10 +263,9 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
     finally:
         client.close()
     name = f"dockerd-guestimage-{os.getpid()}"
-    run_dir = engines.RUN_ROOT / name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = engines.private_run_dir(name)
     url = f"unix://{run_dir / 'docker.sock'}"
-    (run_dir / "daemon-config.json").write_text("{}\n")
+    private.create_file(run_dir / "daemon-config.json", b"{}\n")
     dockerd = shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "dockerd"
     daemon = engines.Daemon(
         name=name, probe=lambda: docker_engine.answers(url, timeout_s=1.0),
@@ -308,7 +308,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
     started = time.monotonic()
     output_dir = Path(output_dir).resolve()  # daemons and chroots get absolute paths
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".build-{variant}-", dir=output_dir.parent))
+    work = Path(tempfile.mkdtemp(prefix=f".build-{variant}-{process_tag()}-", dir=output_dir.parent))
     try:
         rootfs = work / "rootfs"
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(('python3', 'kmod'))}"]

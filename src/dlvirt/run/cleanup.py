@@ -1,46 +1,84 @@
 """Remove what a killed workflow left behind, recognised by dlvirt's naming, and nothing else.
 
-Names carry the run id ``<runner pid>-<random>``; a thing whose runner is still alive belongs to a
-job that is running now and is left alone.
+Every name dlvirt gives carries its maker's tag, ``<pid>-<start time>`` (``dlvirt.core.owner``), and
+cleanup matches the *whole* name against the exact pattern of that kind of thing, looks for it only
+where dlvirt makes it, and removes it only when no process with that PID and that start time runs:
+
+- cgroups ``dlvirt-<run id>``: children of each hierarchy's root and of the groups on the way from
+  this process's own group up to it (a job's group is nested in its runner's where the kernel
+  allows, ``dlvirt.system.cgroups``);
+- containers ``dlvirt-<run id>`` carrying dlvirt's labels, in dlvirt's own Docker engine and the
+  configured one;
+- libvirt domains and QEMU/Firecracker processes named ``dlvirt-<run id>``, and guests' work folders
+  ``dlvirt-<run id>-<random>`` in the guests' private work directory (refused, and said so, when that
+  directory is not private);
+- under the workflow's own trees (``results/``, ``resources/``): job work directories
+  ``.work-<run id>-<random>``, image builds ``.build-<variant>-<tag>-<random>`` (anything still
+  mounted inside unmounted first), fetched archives ``.fetch-<tag>-<random>`` and atomic writes'
+  temporary files ``.<name>.<tag>.<random>``.
+
+So a ``dlvirt-study`` cgroup, a container someone named ``dlvirt-test``, or a PID the kernel handed to
+someone else is never touched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
+import stat
+import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dlvirt.system import cgroups, engines
+from dlvirt.core.errors import UnsafePlace
+from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale
+from dlvirt.system import cgroups, engines, private
 
 PREFIX = "dlvirt-"
+RUN_NAME = rf"{PREFIX}{RUN_ID}"                                   # cgroups, containers, guests
+GUEST_DIR = rf"{PREFIX}{RUN_ID}-{TEMP_SUFFIX}"                    # a guest's work folder
+WORK_DIR = rf"\.work-{RUN_ID}-{TEMP_SUFFIX}"                      # dlvirt.run.runner.WORK_PREFIX
+BUILD_DIR = rf"\.build-[a-z]+-{TAG}-{TEMP_SUFFIX}"                # dlvirt.platforms.guestimage.build
+FETCH_DIR = rf"\.fetch-{TAG}-{TEMP_SUFFIX}"                       # dlvirt.run.remote
+TEMP_FILE = rf"\..+\.{TAG}\.{TEMP_SUFFIX}(\.part)?"               # dlvirt.core.atomic, dlvirt.apps.download
+TREES = {WORK_DIR: "job work directory", BUILD_DIR: "image build tree", FETCH_DIR: "fetched archive"}
 
 
-def stale_cgroups() -> list[Path]:
-    """dlvirt's cgroups in every hierarchy, at its root or (a v1 memory group) inside its runner's."""
-    return sorted(p for p in cgroups.ROOT.rglob(f"{PREFIX}*") if p.is_dir() and PREFIX not in p.parent.name)
+def cgroup_places() -> list[Path]:
+    """Where dlvirt makes cgroups: each hierarchy's root and the groups from this process's own up."""
+    places: set[Path] = set()
+    v2 = cgroups.v2_root()
+    if v2 is not None:
+        places.update(cgroups.walk_up(v2, cgroups.own_path(None)))
+    for base in cgroups.v1_hierarchies():
+        controller = next(c for c in ("cpu", "cpuset", "memory") if cgroups.v1_dir(c) == base)
+        places.update(cgroups.walk_up(base, cgroups.own_path(controller)))
+    return sorted(places)
 
 
-def owner_alive(name: str, prefix: str = PREFIX) -> bool:
-    """Whether the runner that created ``<prefix><pid>-<hex>...`` still runs."""
-    try:
-        pid = int(name[len(prefix):].split("-", 1)[0])
-    except ValueError:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def dlvirt_cgroups() -> list[Path]:
+    """dlvirt's cgroups (whole names matching ``dlvirt-<run id>``) where dlvirt makes them."""
+    found: set[Path] = set()
+    for place in cgroup_places():
+        with contextlib.suppress(OSError):
+            found.update(p for p in place.iterdir() if re.fullmatch(RUN_NAME, p.name) and p.is_dir())
+    return sorted(found)
+
+
+def remove_stale_cgroups() -> Iterator[str]:
+    for directory in dlvirt_cgroups():
+        if is_stale(directory.name, RUN_NAME):
+            with contextlib.suppress(cgroups.CgroupError):
+                cgroups.Cgroup(dirs=[directory]).remove()
+                yield f"removed stale cgroup {directory}"
 
 
 def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
-    """dlvirt-labelled containers (named ``dlvirt-<run id>``) whose runner is gone, in dlvirt's own
+    """dlvirt-labelled containers named ``dlvirt-<run id>`` whose runner is gone, in dlvirt's own
     Docker engine and the one ``settings`` (platforms.CN) selects, when they answer."""
     import docker
 
@@ -51,7 +89,7 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
             continue
         with contextlib.closing(docker.DockerClient(base_url=url, timeout=docker_engine.API_TIMEOUT_S)) as client:
             for container in docker_engine.labelled_containers(client):
-                if not owner_alive(container.name):
+                if is_stale(container.name, RUN_NAME):
                     container.remove(force=True)
                     yield f"removed stale container {container.name} ({url})"
 
@@ -67,14 +105,45 @@ def _guest_owner(cmdline: list[str]) -> str | None:
             name = value
         else:
             continue
-        if name.startswith(PREFIX):
+        if re.fullmatch(RUN_NAME, name):
             return name
     return None
 
 
-def remove_stale_guests() -> Iterator[str]:
-    """Guests (libvirt domains, QEMU/Firecracker processes) and their disk folders named
-    ``dlvirt-<run id>`` whose runner is gone. libvirtd is asked only when it answers already."""
+def _kill_stale_guest_process(pid: int) -> str | None:
+    """SIGKILL ``pid`` when it is a QEMU/Firecracker running a stale dlvirt guest (through a pidfd:
+    the process checked is the one signalled)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        if not Path(cmdline[0]).name.startswith(("qemu-system", "firecracker")):
+            return None
+        name = _guest_owner(cmdline)
+        if name is None or not is_stale(name, RUN_NAME):
+            return None
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return name
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def guest_work_roots(platform_settings: dict[str, Any]) -> list[Path]:
+    """The guests' work directories: the default and any a guest platform's work_dir names."""
+    from dlvirt.platforms import guest
+
+    roots = {guest.DEFAULT_WORK_DIR}
+    roots.update(guest.work_root(s) for s in platform_settings.values() if isinstance(s, dict) and s.get("work_dir"))
+    return sorted(roots)
+
+
+def remove_stale_guests(platform_settings: dict[str, Any] | None = None) -> Iterator[str]:
+    """Guests (libvirt domains, QEMU/Firecracker processes) named ``dlvirt-<run id>`` and their work
+    folders whose runner is gone. libvirtd is asked only when it answers already."""
     from dlvirt.platforms import guest
     from dlvirt.platforms.vm import URI, libvirtd_answers, quiet_libvirt
 
@@ -83,54 +152,86 @@ def remove_stale_guests() -> Iterator[str]:
         conn = libvirt.open(URI)
         try:
             for domain in conn.listAllDomains():
-                if domain.name().startswith(PREFIX) and not owner_alive(domain.name()):
+                if is_stale(domain.name(), RUN_NAME):
                     with contextlib.suppress(libvirt.libvirtError):
                         domain.destroy()
                         yield f"destroyed stale libvirt domain {domain.name()}"
         finally:
             conn.close()
     for proc in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if not Path(cmdline[0]).name.startswith(("qemu-system", "firecracker")):
-                continue
-            name = _guest_owner(cmdline)
-            if name is not None and not owner_alive(name):
-                os.kill(int(proc.name), signal.SIGKILL)
-                yield f"killed stale guest process {proc.name} ({name})"
-    if guest.RUN_ROOT.is_dir():
-        for directory in sorted(guest.RUN_ROOT.glob(f"{PREFIX}*")):
-            if not owner_alive(directory.name):
+        name = _kill_stale_guest_process(int(proc.name))
+        if name is not None:
+            yield f"killed stale guest process {proc.name} ({name})"
+    for root in guest_work_roots(platform_settings or {}):
+        if not os.path.lexists(root):
+            continue
+        try:
+            private.check(root, guest.WORK_DIR_WHAT)
+        except UnsafePlace as exc:
+            yield f"left alone: {exc}"
+            continue
+        for directory in sorted(root.iterdir()):
+            if is_stale(directory.name, GUEST_DIR) and stat.S_ISDIR(os.lstat(directory).st_mode):
                 shutil.rmtree(directory, ignore_errors=True)
-                yield f"removed stale guest disks {directory}"
+                yield f"removed stale guest work folder {directory}"
+
+
+def _mounts_under(tree: Path) -> list[Path]:
+    """Mount points at or below ``tree`` (deepest first)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = Path(line.split()[4].encode().decode("unicode_escape"))
+        if point == tree or tree in point.parents:
+            found.append(point)
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def _remove_tree(tree: Path, what: str) -> str:
+    for point in _mounts_under(tree):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+    still = _mounts_under(tree)
+    if still:
+        return f"left alone: stale {what} {tree} still has {still[0]} mounted"
+    shutil.rmtree(tree, ignore_errors=True)
+    return f"removed stale {what} {tree}"
 
 
 def remove_stale_work_dirs(roots: Iterable[Path]) -> Iterator[str]:
-    """Benchmark jobs' work directories (``.work-<run id>-*`` next to their run file, holding the
-    job and a partial harness result) under ``roots`` whose runner is gone: a hard-killed job's."""
-    from dlvirt.run.runner import WORK_PREFIX
-
+    """Under ``roots`` (the workflow's own trees): job work directories, image build trees, fetched
+    archives and atomic writes' temporary files whose maker is gone (a hard-killed job's)."""
     for root in roots:
-        for directory in sorted(Path(root).rglob(f"{WORK_PREFIX}*")) if Path(root).is_dir() else []:
-            if directory.is_dir() and not owner_alive(directory.name, WORK_PREFIX):
-                shutil.rmtree(directory, ignore_errors=True)
-                yield f"removed stale job work directory {directory}"
+        root = Path(root).absolute()
+        if not root.is_dir():
+            continue
+        for parent, dirs, files in os.walk(root):  # never follows a symbolic link
+            for name in sorted(dirs):
+                for pattern, what in TREES.items():
+                    if is_stale(name, pattern):
+                        dirs.remove(name)
+                        tree = Path(parent) / name
+                        yield (_remove_tree(tree, what) if stat.S_ISDIR(os.lstat(tree).st_mode)
+                               else f"left alone: {tree} is named like a stale {what} but is a symbolic link")
+                        break
+            for name in sorted(files):
+                if is_stale(name, TEMP_FILE):
+                    (Path(parent) / name).unlink(missing_ok=True)
+                    yield f"removed stale temporary file {Path(parent) / name}"
+
+
+def remove_stale_local(platform_settings: dict[str, Any] | None = None) -> Iterator[str]:
+    """What a killed job left on this machine alone (cgroups, containers, guests): the cleanup a job
+    runs when it starts on a cluster node, where the workflow's own start never ran."""
+    from dlvirt.platforms import container_platform
+
+    yield from remove_stale_cgroups()
+    yield from remove_stale_containers((platform_settings or {}).get(container_platform(), {}))
+    yield from remove_stale_guests(platform_settings)
 
 
 def remove_stale(platform_settings: dict[str, Any] | None = None, work_roots: Iterable[Path] = ()) -> Iterator[str]:
-    """Everything a killed run left: cgroups, containers, guests, job work directories under
-    ``work_roots``, then engines dlvirt started that nobody uses any more. ``platform_settings``:
-    the config's platforms section."""
-    for directory in stale_cgroups():
-        if owner_alive(directory.name):
-            continue
-        group = cgroups.Cgroup(dirs=[directory])
-        with contextlib.suppress(cgroups.CgroupError):
-            group.remove()
-            yield f"removed stale cgroup {directory}"
-    from dlvirt.platforms import container_platform
-
-    yield from remove_stale_containers((platform_settings or {}).get(container_platform(), {}))
-    yield from remove_stale_guests()
+    """Everything a killed run left: cgroups, containers, guests, what lies under ``work_roots``,
+    then engines dlvirt started that nobody uses any more. ``platform_settings``: the config's
+    platforms section."""
+    yield from remove_stale_local(platform_settings)
     yield from remove_stale_work_dirs(work_roots)
     yield from engines.release_orphans()

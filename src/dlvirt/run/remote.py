@@ -33,8 +33,9 @@ from typing import IO, Any
 import dlvirt
 from dlvirt.apps.base import DATASET_INFO
 from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.owner import new_run_id, process_tag
 from dlvirt.core.records import JobResult, JobSpec
-from dlvirt.run.runner import new_run_id, publish_result, stop_on_sigterm
+from dlvirt.run.runner import publish_result, stop_on_sigterm
 
 COMPLETE = ".dlvirt-complete"  # written last into a staged tree
 SKIP = ("__pycache__",)
@@ -204,7 +205,7 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
     script = f"mkdir -p {job_dir} && echo $$ > {job_dir}/pid && {host.python_command(code, bench)}"
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fetched = Path(tempfile.mkdtemp(prefix=".fetch-", dir=output.parent))
+    fetched = Path(tempfile.mkdtemp(prefix=f".fetch-{process_tag()}-", dir=output.parent))
     try:
         # stdout/stderr inherited: the remote runner's output (progress, errors) lands in this job's log
         with subprocess.Popen(host.argv(script), stdin=subprocess.DEVNULL) as ssh:

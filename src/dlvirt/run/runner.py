@@ -10,16 +10,18 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
-import uuid
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from dlvirt.core.codeversion import code_version
+from dlvirt.core.owner import new_run_id
 from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
+from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
@@ -44,10 +46,6 @@ def placement_record(described: dict[str, Any], runs: list[Repetition]) -> dict[
         return dict(described["placement"])
     seen = [r.observed.get("placement", {}).get("ran_on_nodes") for r in runs]
     return {"ran_on_nodes": sorted({n for nodes in seen if nodes for n in nodes})}
-
-
-def new_run_id() -> str:
-    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def check_node(cls: type[Platform], spec: JobSpec) -> None:
@@ -89,6 +87,9 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{run_id}-", dir=output.parent))
     job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id)
     try:
+        if slurm_allocation() is not None:  # a cluster node: the workflow's start cleaned only its own machine
+            for line in remove_stale_local({scenario.platform: spec.platform_settings}):
+                print(f"dlvirt: {line}", file=sys.stderr)
         cls = platform_class(scenario.platform)
         check_node(cls, spec)
         # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG

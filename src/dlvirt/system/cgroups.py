@@ -25,7 +25,7 @@ class CgroupError(RuntimeError):
     pass
 
 
-def _v2_root() -> Path | None:
+def v2_root() -> Path | None:
     if (ROOT / "cgroup.controllers").exists():
         return ROOT
     return None
@@ -35,7 +35,7 @@ def _v2_root() -> Path | None:
 _V1_MARKER = {"cpu": "cpu.cfs_quota_us", "cpuset": "cpuset.cpus", "memory": "memory.limit_in_bytes"}
 
 
-def _v1_dir(controller: str) -> Path | None:
+def v1_dir(controller: str) -> Path | None:
     for candidate in (ROOT / controller, ROOT / "cpu,cpuacct"):
         if (candidate / _V1_MARKER[controller]).exists():
             return candidate
@@ -44,14 +44,14 @@ def _v1_dir(controller: str) -> Path | None:
 
 def v1_hierarchies() -> list[Path]:
     """The v1 hierarchies dlvirt makes groups in (none on a pure v2 host)."""
-    return sorted({d for c in _V1_MARKER if (d := _v1_dir(c)) is not None})
+    return sorted({d for c in _V1_MARKER if (d := v1_dir(c)) is not None})
 
 
 def version() -> int | None:
     """2 on a pure cgroup v2 host, 1 where the CPU controllers are on v1 (including hybrid hosts)."""
-    if _v2_root() is not None:
+    if v2_root() is not None:
         return 2
-    if _v1_dir("cpu") is not None:
+    if v1_dir("cpu") is not None:
         return 1
     return None
 
@@ -99,32 +99,47 @@ class Cgroup:
             raise CgroupError("could not remove cgroup(s): " + "; ".join(errors))
 
 
-def _v2_enable(root: Path, wanted: list[str]) -> None:
-    """Enable ``wanted`` controllers for the children of the v2 root. The root may hold processes
-    (the no-internal-process rule spares it), so dlvirt's cgroups are leaves right under it."""
-    controllers = (root / "cgroup.controllers").read_text().split()
-    missing = [c for c in wanted if c not in controllers]
-    if missing:
-        raise CgroupError(f"cgroup v2 at {root} lacks controller(s) {missing}")
-    control = root / "cgroup.subtree_control"
-    if not os.access(control, os.W_OK):
-        raise CgroupError(f"cannot write {control}: dlvirt makes its cgroup v2 groups under the hierarchy's "
-                          f"root, which needs root (controllers wanted: {' '.join(wanted)}); a delegated "
-                          "subtree of a non-root user is not supported")
-    enabled = control.read_text().split()
-    for controller in wanted:
-        if controller not in enabled:
-            control.write_text(f"+{controller}\n")
+def v2_parent(root: Path, own: str, wanted: list[str]) -> Path:
+    """The v2 group a job's group goes in, with ``wanted`` controllers enabled for its children: the
+    nearest group from this process's own (``own``, relative to ``root``) up to the root that may have
+    such children, so that the limits above the runner (a SLURM job's, a session's) still hold and
+    still count it, and a hard-killed job's harness dies with the job. v2 lets a group hand
+    controllers down only when it holds no process itself (the root is exempt), so the runner's own
+    group is usually skipped for its parent."""
+    problems = []
+    for directory in walk_up(root, own):
+        try:
+            available = (directory / "cgroup.controllers").read_text().split()
+            busy = directory != root and bool((directory / "cgroup.procs").read_text().split())
+        except OSError as exc:
+            problems.append(f"{directory}: {exc}")
+            continue
+        missing = [c for c in wanted if c not in available]
+        if busy or missing:
+            problems.append(f"{directory}: " + ("holds processes" if busy else f"lacks {' '.join(missing)}"))
+            continue
+        control = directory / "cgroup.subtree_control"
+        try:
+            enabled = control.read_text().split()
+            for controller in wanted:
+                if controller not in enabled:
+                    control.write_text(f"+{controller}\n")
+        except OSError as exc:
+            problems.append(f"{control}: {exc}")
+            continue
+        return directory
+    raise CgroupError(f"no cgroup v2 group from this process's own up to {root} can hold a group with "
+                      f"{' '.join(wanted) or 'no controllers'} (creating one needs root): " + "; ".join(problems))
 
 
 def _v1_group(group: Cgroup, controller: str, name: str, nested: bool = False) -> Path:
     """Group ``name`` in the v1 hierarchy of ``controller``, made once and added to ``group``
     (two controllers may share a hierarchy); ``nested``: inside this process's own group there,
     so that a limit above it (a SLURM job's, a session's) still holds and still counts it."""
-    base = _v1_dir(controller)
+    base = v1_dir(controller)
     if base is None:
         raise CgroupError(f"no cgroup v1 {controller} controller mounted under /sys/fs/cgroup")
-    directory = (_walk_up(base, _own_path(controller))[0] if nested else base) / name
+    directory = (walk_up(base, own_path(controller))[0] if nested else base) / name
     if directory not in group.dirs:
         directory.mkdir()
         group.dirs.append(directory)
@@ -139,12 +154,11 @@ def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...]
     group = Cgroup()
     pinned = cpus is not None or mems is not None
     try:
-        root = _v2_root()
+        root = v2_root()
         if root is not None:
             wanted = [c for c, on in (("cpu", quota_cores is not None), ("cpuset", pinned),
                                       ("memory", memory_bytes is not None)) if on]
-            _v2_enable(root, wanted)
-            directory = root / name
+            directory = v2_parent(root, own_path(None), wanted) / name
             directory.mkdir()
             group.dirs.append(directory)
             # cpuset.mems before cpuset.cpus, as v1 needs: an empty v2 file means the parent's
@@ -184,7 +198,7 @@ def create(name: str, *, quota_cores: float | None = None, cpus: tuple[int, ...]
         raise
 
 
-def _own_path(controller: str | None) -> str:
+def own_path(controller: str | None) -> str:
     """This process's cgroup path for a v1 controller, or the v2 path when ``controller`` is None."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, names, path = line.split(":", 2)
@@ -203,7 +217,7 @@ def own_cgroup_paths() -> dict[str, str]:
     return paths
 
 
-def _walk_up(mount: Path, rel: str) -> list[Path]:
+def walk_up(mount: Path, rel: str) -> list[Path]:
     """Directories from this process's cgroup up to the mount root.
 
     Inside a container the recorded path may not exist under the (namespaced) mount: then the
@@ -220,18 +234,18 @@ def _walk_up(mount: Path, rel: str) -> list[Path]:
 def _quotas() -> list[tuple[Path, float]]:
     """Each CPU cgroup from this process's own up to the root that sets a CFS quota, with it in cores."""
     quotas: list[tuple[Path, float]] = []
-    root = _v2_root()
+    root = v2_root()
     if root is not None:
-        for directory in _walk_up(root, _own_path(None)):
+        for directory in walk_up(root, own_path(None)):
             with contextlib.suppress(OSError):
                 quota, period = (directory / "cpu.max").read_text().split()
                 if quota != "max":
                     quotas.append((directory, int(quota) / int(period)))
     else:
-        base = _v1_dir("cpu")
+        base = v1_dir("cpu")
         if base is None:
             return []
-        for directory in _walk_up(base, _own_path("cpu")):
+        for directory in walk_up(base, own_path("cpu")):
             with contextlib.suppress(OSError, ValueError):
                 quota_us = int((directory / "cpu.cfs_quota_us").read_text())
                 period_us = int((directory / "cpu.cfs_period_us").read_text())
@@ -251,11 +265,11 @@ def throttling_cgroup() -> Path | None:
     quotas = _quotas()
     if quotas:
         return min(quotas, key=lambda item: item[1])[0]
-    root = _v2_root()
+    root = v2_root()
     if root is not None:
-        return _walk_up(root, _own_path(None))[0]
-    base = _v1_dir("cpu")
-    return None if base is None else _walk_up(base, _own_path("cpu"))[0]
+        return walk_up(root, own_path(None))[0]
+    base = v1_dir("cpu")
+    return None if base is None else walk_up(base, own_path("cpu"))[0]
 
 
 def cpu_stat(directory: Path | None = None) -> dict[str, float] | None:
@@ -282,14 +296,14 @@ def cpu_stat(directory: Path | None = None) -> dict[str, float] | None:
 def effective_memory_limit_bytes() -> int | None:
     """The tightest memory limit over this process's cgroup and its ancestors; None if unlimited."""
     limits: list[int] = []
-    root = _v2_root()
+    root = v2_root()
     if root is not None:
-        chain, limit_file = _walk_up(root, _own_path(None)), "memory.max"
+        chain, limit_file = walk_up(root, own_path(None)), "memory.max"
     else:
-        base = _v1_dir("memory")
+        base = v1_dir("memory")
         if base is None:
             return None
-        chain, limit_file = _walk_up(base, _own_path("memory")), "memory.limit_in_bytes"
+        chain, limit_file = walk_up(base, own_path("memory")), "memory.limit_in_bytes"
     for directory in chain:
         with contextlib.suppress(OSError, ValueError):
             text = (directory / limit_file).read_text().strip()

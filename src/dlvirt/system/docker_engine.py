@@ -16,7 +16,8 @@ import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError
+from dlvirt.system import private
+from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError, private_run_dir
 
 DEFAULT_URL = "unix:///var/run/docker.sock"
 DAEMON_NAME = "dockerd"
@@ -100,9 +101,9 @@ def own_daemon(settings: dict[str, Any], section: str) -> Daemon | None:
     dockerd = dockerd_binary()
     if dockerd is None or os.geteuid() != 0:
         raise EngineError(str(why_no_engine(settings, section)))
-    config_file = RUN_DIR / "daemon-config.json"
-    RUN_DIR.mkdir(parents=True, exist_ok=True)
-    config_file.write_text("{}\n")  # never read the host's /etc/docker/daemon.json
+    config_file = private_run_dir(DAEMON_NAME) / "daemon-config.json"
+    config_file.unlink(missing_ok=True)
+    private.create_file(config_file, b"{}\n")  # never read the host's /etc/docker/daemon.json
     engine = settings.get("engine", {})
     return Daemon(
         name=DAEMON_NAME,

@@ -14,7 +14,14 @@ daemons a study needs itself. Rules of the game:
   so its end handler releases exactly that.
 
 The run directories live at one fixed machine-wide place because they are the meeting point of
-every workflow on the host.
+every workflow on the host. That place is private: ``RUN_ROOT`` and each run directory are made
+root's and mode 0700 whatever the umask, and checked on every use (``dlvirt.system.private``: one
+that another user made first, a symbolic link, or one others may write is refused).
+
+A daemon's log (its stdout and stderr, appended) is bounded: whenever a holder acquires or releases
+the daemon and the log is over ``LOG_CAP_BYTES``, its last ``LOG_KEEP_BYTES`` go to ``daemon.log.1``
+(replacing the one before) and the log starts again empty (the daemon appends, so it writes on at
+the start). A daemon is therefore bounded by the cap plus what it writes between two such moments.
 """
 
 from __future__ import annotations
@@ -30,10 +37,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.owner import process_start_time
+from dlvirt.system import private
 
 RUN_ROOT = Path("/run/dlvirt")
 DAEMON_STATE = "daemon.json"
 LEASES = "leases"
+RUN_DIR_WHAT = "dlvirt's engine run directory"
+LOG_CAP_BYTES = 8 << 20
+LOG_KEEP_BYTES = 1 << 20
 
 
 class EngineError(RuntimeError):
@@ -71,16 +83,9 @@ class Lease:
     started_now: bool
 
 
-def process_start_time(pid: int) -> int | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), None if no such live process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent
-        return None
-    return int(fields[19])
+def private_run_dir(name: str) -> Path:
+    """``RUN_ROOT/name``, made or checked private (``dlvirt.system.private``)."""
+    return private.private_dir(RUN_ROOT / name, RUN_DIR_WHAT)
 
 
 def _alive(pid: int, start_time: int) -> bool:
@@ -89,9 +94,10 @@ def _alive(pid: int, start_time: int) -> bool:
 
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[None]:
-    """Hold the exclusive lock of ``directory`` (made if missing) for the block."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "lock", "w") as handle:
+    """Hold the exclusive lock of ``directory`` (made private if missing, checked if not) for the block."""
+    private.private_dir(directory, RUN_DIR_WHAT)
+    fd = os.open(directory / "lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -154,6 +160,26 @@ def _terminate(pid: int, start_time: int, timeout_s: float) -> None:
         _wait_exit(pid, 10.0)
 
 
+def cap_log(path: Path, cap: int = LOG_CAP_BYTES, keep: int = LOG_KEEP_BYTES) -> bool:
+    """When ``path`` is over ``cap`` bytes: its last ``keep`` bytes to ``<path>.1``, ``path`` emptied
+    in place (its writer appends). Returns whether it was cut."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    with os.fdopen(fd, "r+b") as log:
+        size = os.fstat(log.fileno()).st_size
+        if size <= cap:
+            return False
+        log.seek(size - keep)
+        tail = log.read(keep)
+        old = path.with_name(path.name + ".1")
+        old.unlink(missing_ok=True)
+        private.create_file(old, tail)
+        log.truncate(0)
+    return True
+
+
 def _log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -165,7 +191,8 @@ def _start(daemon: Daemon) -> tuple[int, int]:
     """Start ``daemon`` and wait until it answers; return (pid, start_time)."""
     if daemon.pidfile is not None:
         daemon.pidfile.unlink(missing_ok=True)
-    with open(daemon.log, "ab") as log:
+    fd = os.open(daemon.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "ab") as log:
         # A session of its own: Ctrl-C in the workflow's terminal must not stop the engine while
         # the platform is still removing its containers or guests through it.
         proc = subprocess.Popen(
@@ -196,6 +223,7 @@ def acquire(daemon: Daemon, holder: int) -> Lease | None:
     (it is used as it is and never stopped by dlvirt)."""
     run_dir = daemon.run_dir
     with locked(run_dir):
+        cap_log(daemon.log)
         _live_leases(run_dir)
         state = _managed(run_dir)
         if daemon.probe():
@@ -221,6 +249,7 @@ def release(name: str, holder: int | None) -> str | None:
     if not run_dir.is_dir():
         return None
     with locked(run_dir):
+        cap_log(run_dir / "daemon.log")
         if holder is not None:
             (run_dir / LEASES / str(holder)).unlink(missing_ok=True)
         if _live_leases(run_dir):
@@ -235,8 +264,9 @@ def release(name: str, holder: int | None) -> str | None:
 
 def release_orphans() -> list[str]:
     """Stop every daemon dlvirt started whose users are all gone (a killed workflow's)."""
-    if not RUN_ROOT.is_dir():
+    if not os.path.lexists(RUN_ROOT):
         return []
+    private.check(RUN_ROOT, RUN_DIR_WHAT)
     return [msg for run_dir in sorted(RUN_ROOT.iterdir()) if run_dir.is_dir()
             if (msg := release(run_dir.name, None)) is not None]
 

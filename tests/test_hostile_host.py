@@ -1,0 +1,215 @@
+"""A host where someone else got there first: places dlvirt writes to as root that another user made
+or swapped for a symbolic link, and cgroups and processes named like dlvirt's that are not. Each is
+refused or left alone with a message naming it, and nothing outside dlvirt's own places is touched.
+
+Fast: no engine, no guest, no model. Root is needed to create what another user would own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dlvirt.core.errors import UnsafePlace
+from dlvirt.core.owner import new_run_id, process_start_time, process_tag
+from dlvirt.core.scenario import Scenario
+from dlvirt.platforms import guest
+from dlvirt.platforms.mvm import MicroVM
+from dlvirt.run import cleanup
+from dlvirt.system import cgroups, private
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="making what another user owns needs root")
+NOBODY = 65534
+DEAD_TAG = f"{2 ** 22 + 1}-1234"  # above the default pid_max: no such process
+
+
+def _mvm(tmp_path: Path, work_dir: Path) -> MicroVM:
+    return MicroVM(Scenario("MVM", 1, "VNL", "CPU"), {"work_dir": str(work_dir), "memory_mib": 512},
+                   tmp_path / "job", new_run_id())
+
+
+def test_a_runtime_root_another_user_made_first_is_refused(tmp_path):
+    shared = tmp_path / "var-tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /var/tmp: sticky, everyone may create
+    root = shared / "dlvirt-guests"
+    root.mkdir()
+    os.chown(root, NOBODY, NOBODY)
+    with pytest.raises(UnsafePlace, match=rf"{root} is owned by .*uid {NOBODY}.*dlvirt refuses to use it"):
+        _mvm(tmp_path, root).provision()
+    assert list(root.iterdir()) == [] and os.stat(root).st_uid == NOBODY  # not taken over, nothing made
+
+
+def test_a_runtime_root_others_may_write_or_a_symbolic_link_is_refused(tmp_path):
+    writable = tmp_path / "writable"
+    writable.mkdir()
+    os.chmod(writable, 0o777)
+    with pytest.raises(UnsafePlace, match=r"writable by group and others \(mode 0777\)"):
+        private.private_dir(writable, "the test's root")
+    assert os.stat(writable).st_mode & 0o777 == 0o777
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    with pytest.raises(UnsafePlace, match=r"link is a symbolic link"):
+        _mvm(tmp_path, link).provision()
+    assert list(elsewhere.iterdir()) == []
+    # a parent others may write (and not sticky) lets them rename what is below it
+    below = writable / "root"
+    with pytest.raises(UnsafePlace, match=rf"its parent {writable} is writable"):
+        private.private_dir(below, "the test's root")
+
+
+def test_the_runtime_root_is_made_0700_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        made = private.private_dir(tmp_path / "a" / "b", "the test's root")
+    finally:
+        os.umask(old)
+    for directory in (made, made.parent):
+        info = os.lstat(directory)
+        assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
+    folder = private.job_dir(made, "dlvirt-x-", "the test's root")
+    assert folder.parent == made and os.lstat(folder).st_mode & 0o777 == 0o700
+
+
+def test_a_job_folder_swapped_for_a_symbolic_link_is_refused(tmp_path):
+    root = tmp_path / "guests"
+    mvm = _mvm(tmp_path, root)
+    mvm._disk_dir = private.job_dir(root, f"{mvm.domain_name}-", guest.WORK_DIR_WHAT)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = mvm._disk_dir
+    folder.rmdir()
+    folder.symlink_to(elsewhere)
+    with pytest.raises(UnsafePlace, match=rf"{folder} is a symbolic link"):
+        mvm.execute("true\n", timeout_s=10)
+    with pytest.raises(FileExistsError):  # a file is never opened through a link
+        private.create_file(folder)
+    assert list(elsewhere.iterdir()) == []
+    # cleanup: a link named like a stale folder is left alone, the folder it points to untouched
+    stale = root / f"dlvirt-{DEAD_TAG}-0123abcd-zz9_zz9_"
+    stale.symlink_to(elsewhere)
+    dead = root / f"dlvirt-{DEAD_TAG}-0123abcd-a1b2c3d4"
+    dead.mkdir()
+    messages = list(cleanup.remove_stale_guests({"MVM": {"work_dir": str(root)}}))
+    assert f"removed stale guest work folder {dead}" in messages
+    assert not dead.exists() and stale.is_symlink() and elsewhere.is_dir() and folder.is_symlink()
+
+
+def test_cleanup_leaves_a_runtime_root_that_is_not_private_alone(tmp_path):
+    root = tmp_path / "guests"
+    root.mkdir()
+    os.chown(root, NOBODY, NOBODY)
+    dead = root / f"dlvirt-{DEAD_TAG}-0123abcd-a1b2c3d4"
+    dead.mkdir()
+    messages = list(cleanup.remove_stale_guests({"VM": {"work_dir": str(root)}}))
+    assert any(m.startswith(f"left alone: {guest.WORK_DIR_WHAT} {root} is owned by") for m in messages)
+    assert dead.is_dir()
+
+
+@pytest.fixture
+def cpu_hierarchy() -> Path:
+    base = cgroups.v1_dir("cpu") or cgroups.v2_root()
+    if base is None:
+        pytest.skip("no cgroup CPU hierarchy")
+    return base
+
+
+def test_a_dlvirt_named_cgroup_of_a_live_stranger_survives_cleanup(cpu_hierarchy):
+    """``dlvirt-study`` (say, a ``systemd-run --unit dlvirt-study`` scope) holding a live process that
+    is not dlvirt's, and a group named exactly like dlvirt's whose PID lives but with another start
+    time (a reused PID): the first is left alone, the second is dlvirt's and stale."""
+    study = cpu_hierarchy / "dlvirt-study"
+    stranger = subprocess.Popen(["sleep", "300"])
+    reused = cpu_hierarchy / f"dlvirt-{stranger.pid}-{(process_start_time(stranger.pid) or 0) + 1}-0123abcd"
+    ours = cpu_hierarchy / f"dlvirt-{new_run_id()}"
+    try:
+        for directory in (study, reused, ours):
+            directory.mkdir()
+        (study / "cgroup.procs").write_text(f"{stranger.pid}\n")
+        messages = list(cleanup.remove_stale_cgroups())
+        assert f"removed stale cgroup {reused}" in messages
+        assert not any(str(study) in m or str(ours) in m for m in messages)
+        assert study.is_dir() and ours.is_dir() and not reused.exists()
+        assert stranger.poll() is None, "the stranger's process was killed"
+    finally:
+        stranger.kill()
+        stranger.wait()
+        for directory in (study, reused, ours):
+            cgroups.Cgroup(dirs=[directory]).remove()
+
+
+def test_a_qemu_that_dlvirt_did_not_start_survives_cleanup(tmp_path):
+    qemu = subprocess.Popen(["qemu-system-x86_64", "-name", "guest=dlvirt-study", "-machine", "none", "-S",
+                             "-display", "none", "-monitor", "none", "-serial", "none", "-nodefaults"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        assert qemu.poll() is None, "qemu did not start"
+        messages = list(cleanup.remove_stale_guests({"VM": {"work_dir": str(tmp_path / "guests")}}))
+        assert not any(str(qemu.pid) in m for m in messages)
+        assert qemu.poll() is None, "cleanup killed a QEMU that is not dlvirt's"
+    finally:
+        qemu.send_signal(signal.SIGKILL)
+        qemu.wait()
+
+
+def test_cleanup_of_the_workflow_trees_removes_only_dead_makers_things(tmp_path):
+    results = tmp_path / "results"
+    build_dead = tmp_path / "resources" / "guest" / f".build-full-{DEAD_TAG}-a1b2c3d4"
+    build_live = tmp_path / "resources" / "guest" / f".build-full-{process_tag()}-a1b2c3d4"
+    fetch_dead = results / "sites" / f".fetch-{DEAD_TAG}-abcd_123"
+    work_link = results / "runs" / f".work-{DEAD_TAG}-0123abcd-a1b2c3d4"
+    temp_dead = results / f".summary.csv.{DEAD_TAG}.a1b2c3d4"
+    temp_live = results / f".summary.csv.{process_tag()}.a1b2c3d4"
+    strangers = [results / ".summary.csv.tmp", results / "runs" / ".work-notours", tmp_path / "outside"]
+    for directory in (build_dead / "rootfs" / "proc", build_live, fetch_dead, work_link.parent, strangers[1],
+                      strangers[2]):
+        directory.mkdir(parents=True)
+    work_link.symlink_to(strangers[2])
+    for path in (temp_dead, temp_live, strangers[0]):
+        path.write_text("x")
+    proc = build_dead / "rootfs" / "proc"
+    subprocess.run(["mount", "-t", "tmpfs", "dlvirt-test", str(proc)], check=True)
+    try:
+        messages = list(cleanup.remove_stale_work_dirs([results, tmp_path / "resources"]))
+    finally:
+        subprocess.run(["umount", "-l", str(proc)], check=False, capture_output=True)
+    assert sorted(messages) == sorted([
+        f"removed stale image build tree {build_dead}", f"removed stale fetched archive {fetch_dead}",
+        f"removed stale temporary file {temp_dead}",
+        f"left alone: {work_link} is named like a stale job work directory but is a symbolic link"])
+    assert not build_dead.exists() and not fetch_dead.exists() and not temp_dead.exists()
+    assert build_live.is_dir() and temp_live.exists() and work_link.is_symlink()
+    assert all(p.exists() for p in strangers)
+
+
+def test_a_reused_pid_is_not_the_maker(tmp_path):
+    """Liveness is PID *and* start time: this process's PID with another start time is stale."""
+    pid, start = process_tag().split("-")
+    assert not cleanup.is_stale(f"dlvirt-{pid}-{start}-0123abcd", cleanup.RUN_NAME)
+    assert cleanup.is_stale(f"dlvirt-{pid}-{int(start) + 1}-0123abcd", cleanup.RUN_NAME)
+    assert not cleanup.is_stale("dlvirt-study", cleanup.RUN_NAME)  # not a name dlvirt gives
+    assert not cleanup.is_stale(f"dlvirt-{pid}-0123abcd", cleanup.RUN_NAME)  # the old form: not matched
+
+
+def test_a_v2_group_goes_in_the_nearest_ancestor_that_may_hold_it(tmp_path):
+    """cgroup v2's no-internal-process rule: the runner's own group holds processes, so the job's
+    group goes in the nearest group above it with no process of its own and the controllers (a
+    directory tree laid out as the kernel's; what the kernel itself does is tested on v2 hosts)."""
+    root = tmp_path / "cg"
+    own = root / "job_1" / "step_0" / "task_0"
+    own.mkdir(parents=True)
+    for directory, procs in ((root, "1\n"), (root / "job_1", ""), (root / "job_1" / "step_0", ""), (own, "42\n")):
+        (directory / "cgroup.controllers").write_text("cpuset cpu memory\n")
+        (directory / "cgroup.subtree_control").write_text("")
+        (directory / "cgroup.procs").write_text(procs)
+    assert cgroups.v2_parent(root, "/job_1/step_0/task_0", ["cpu", "memory"]) == root / "job_1" / "step_0"
+    assert (root / "job_1" / "step_0" / "cgroup.subtree_control").read_text() == "+memory\n"  # the last write
+    (root / "job_1" / "step_0" / "cgroup.controllers").write_text("memory\n")  # cpu not handed down
+    assert cgroups.v2_parent(root, "/job_1/step_0/task_0", ["cpu"]) == root / "job_1"
