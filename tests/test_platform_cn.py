@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -184,22 +185,55 @@ def test_container_killed_mid_run_leaves_no_container_and_no_result(engine, cn_i
     assert our_containers(engine) == []
 
 
-def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_dataset, tmp_path):
+# Points of a CN job's life, each marked by a line the job itself prints when it gets there.
+INTERRUPT_POINTS = {
+    "before the container exists": r"\[dlvirt\] CN/\S+ job \S+: provisioning",
+    "while the container starts": r"\[dlvirt\] container dlvirt-\S+ created",
+    "during model load": r"\[harness\] .*: loading the model",
+    "during a repetition": r"\[harness\] .* (warm-up|rep) 0:",
+}
+
+
+@pytest.mark.parametrize(("point", "signals"), [
+    *((point, (signal.SIGINT,)) for point in INTERRUPT_POINTS),
+    # Ctrl-C in Snakemake's terminal: SIGINT from the terminal and SIGTERM forwarded by dlvirt.run.interrupt
+    ("during a repetition", (signal.SIGINT, signal.SIGTERM)),
+])
+def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_dataset, tmp_path, point, signals):
+    """The job is started with SIGINT ignored, as a non-interactive shell starts anything in the
+    background (the suite once lost a Ctrl-C so): the runner must stop on it all the same, at
+    every point of its life, quickly, leaving no container, no result and no work directory."""
     job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
     bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
                               "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    reached = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:  # reads to the end: a full pipe would stall the job
+        for line in bench.stdout:
+            lines.append(line)
+            if re.search(INTERRUPT_POINTS[point], line):
+                reached.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not any(b"[harness]" in c.logs() for c in our_containers(engine, bench.pid)):
-            time.sleep(0.2)
-        bench.send_signal(signal.SIGINT)
-        assert bench.wait(timeout=60) != 0
+        assert reached.wait(timeout=300), f"the job never got {point}:\n{''.join(lines[-20:])}"
+        signalled = time.monotonic()
+        for number in signals:
+            bench.send_signal(number)
+        returncode = bench.wait(timeout=60)
+        took = time.monotonic() - signalled
     finally:
         bench.kill()
         bench.wait()
-    assert not (tmp_path / "r.json").exists()
-    assert our_containers(engine, bench.pid) == []
+        reader.join(timeout=10)
+    assert returncode != 0
+    assert took < 30, f"the job took {took:.1f} s to stop after {point}"
+    assert not (tmp_path / "r.json").exists() and not list(tmp_path.glob(".work-*"))
+    assert our_containers(engine, bench.pid) == [], "".join(lines[-20:])
 
 
 def test_timeout_removes_the_container(engine, cn_image, ic_dataset, tmp_path):

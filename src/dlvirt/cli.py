@@ -183,10 +183,10 @@ def _cmd_image(args: argparse.Namespace) -> int:
 
 
 def _cmd_guest_image(args: argparse.Namespace) -> int:
+    from dlvirt.core.signals import stop_on_signals
     from dlvirt.platforms.guestimage import build_for_workflow
-    from dlvirt.run.runner import stop_on_sigterm
 
-    stop_on_sigterm()  # Snakemake stops jobs with SIGTERM: remove the half-built image and its mounts
+    stop_on_signals()  # Snakemake stops jobs with SIGTERM: remove the half-built image and its mounts
 
     print(build_for_workflow(args.variant, Path(args.output_dir), Path.cwd(), _json_arg(args, "cn_settings"),
                              args.cn_image or None))

@@ -1,7 +1,8 @@
 """The platform interface: provision → run the harness inside → verify what it saw → teardown.
 
 A platform is a context manager, so teardown runs on success, on failure and on Ctrl-C (SIGINT);
-``runner`` turns SIGTERM into the same path.
+``runner`` turns SIGTERM into the same path. Teardown runs with those signals held
+(``dlvirt.core.signals.held``): one arriving meanwhile does not cut it in half.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
+from dlvirt.core.signals import held
 from dlvirt.system import gpu, topology
 from dlvirt.system.engines import Daemon
 from dlvirt.system.hostinfo import Capabilities
@@ -244,10 +246,12 @@ class Platform(ABC):
         try:
             self.provision()
         except BaseException:
-            self.teardown()
+            with held():
+                self.teardown()
             raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.teardown()
+        with held():
+            self.teardown()

@@ -24,6 +24,7 @@ from typing import Any
 from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
+from dlvirt.core.signals import held
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
 from dlvirt.system import docker_engine, engine_versions
@@ -142,13 +143,15 @@ class Container(Platform):
         job.write(job_path)
         environment = {"HOME": "/tmp", **({"CUDA_VISIBLE_DEVICES": ""} if self.scenario.processor == "CPU" else {})}
         try:
-            self.container = self.client.containers.create(
-                self.image, ["python", "-m", "dlvirt.run.harness", JOB_PATH, OUT_DIR],
-                name=f"dlvirt-{self.run_id}", labels={**docker_engine.labels(self.run_id),
+            with held():  # a container created is a container stored, so teardown removes it
+                self.container = self.client.containers.create(
+                    self.image, ["python", "-m", "dlvirt.run.harness", JOB_PATH, OUT_DIR],
+                    name=self.container_name, labels={**docker_engine.labels(self.run_id),
                                                       "dlvirt.scenario": self.scenario.name},
-                # Relative paths in the job resolve as on the host: same working directory.
-                working_dir=os.getcwd(), user=f"{os.getuid()}:{os.getgid()}", environment=environment,
-                **self._host_config(job_path, out_dir, job))
+                    # Relative paths in the job resolve as on the host: same working directory.
+                    working_dir=os.getcwd(), user=f"{os.getuid()}:{os.getgid()}", environment=environment,
+                    **self._host_config(job_path, out_dir, job))
+            print(f"[dlvirt] container {self.container_name} created", flush=True)
             self.launched_unix = time.time()
             self.container.start()
         except DockerException as exc:
@@ -192,16 +195,19 @@ class Container(Platform):
             sockets=self.placement.sockets if self.placement else None,
             nodes=self.placement.nodes if self.placement else None)
 
-    def teardown(self) -> None:
-        container = getattr(self, "container", None)
-        if container is not None:
-            from docker.errors import NotFound
+    @property
+    def container_name(self) -> str:
+        return f"dlvirt-{self.run_id}"
 
-            with contextlib.suppress(NotFound):
-                container.remove(force=True)
-            self.container = None
+    def teardown(self) -> None:
         client = getattr(self, "client", None)
         if client is not None:
+            from docker.errors import NotFound
+
+            # by name: also a container the engine made while its create call was cut off
+            with contextlib.suppress(NotFound):
+                client.api.remove_container(self.container_name, force=True)
+            self.container = None
             client.close()
             self.client = None
 

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import dlvirt
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
+from dlvirt.core.signals import held
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
 from dlvirt.system import private
@@ -373,7 +374,8 @@ class GuestPlatform(Platform):
         timeout (the VMM is stopped by the caller)."""
         host_observed: dict[str, Any] = {}
         started = time.monotonic()
-        self._start_vmm(accel, root_disk, job_disk, console)
+        with held():  # a VMM started is a VMM whose handle _stop_vmm has
+            self._start_vmm(accel, root_disk, job_disk, console)
         boot_s: float | None = None
         seen = ""
         with open(console, errors="replace") as stream:

@@ -345,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan)
     # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
     experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None
+    print(f"[harness] {job.app} {job.scenario_name}: loading the model", flush=True)
     load_start = time.perf_counter()
     if not experimenter:
         app.load_model()

@@ -5,7 +5,7 @@ platform down. A SIGINT sent to the Snakemake process alone (``kill -INT``, as a
 reaches no job: Snakemake's local executor then only shuts its thread pool down, which waits for
 the running jobs to end by themselves, so a guest job ran on for minutes with its QEMU. The handler
 installed here first sends SIGTERM to each job's ``python -m dlvirt`` runner (which turns it into
-the same teardown, ``runner.stop_on_sigterm``), then lets Snakemake's own handling go on.
+the same teardown, ``dlvirt.core.signals.stop_on_signals``), then lets Snakemake's own handling go on.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ from dlvirt.apps.base import DATASET_INFO
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.owner import new_run_id, process_tag
 from dlvirt.core.records import JobResult, JobSpec
-from dlvirt.run.runner import publish_result, stop_on_sigterm
+from dlvirt.core.signals import stop_on_signals
+from dlvirt.run.runner import publish_result
 
 COMPLETE = ".dlvirt-complete"  # written last into a staged tree
 SKIP = ("__pycache__",)
@@ -188,7 +189,7 @@ def _local_only_inputs(spec: JobSpec, dataset_dir: Path) -> str | None:
 
 def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     """Run one benchmark job on ``host`` and write its result here, as ``runner.run_job`` does locally."""
-    stop_on_sigterm()
+    stop_on_signals()
     dataset_dir = Path(spec.dataset_dir)
     unsupported = _local_only_inputs(spec, dataset_dir)
     if unsupported:

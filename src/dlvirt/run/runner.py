@@ -8,32 +8,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from dlvirt.core.codeversion import code_version
 from dlvirt.core.owner import new_run_id
 from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
+from dlvirt.core.signals import stop_on_signals
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
 from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
-
-
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
-def stop_on_sigterm() -> None:
-    """Snakemake and SLURM stop jobs with SIGTERM: make it a SystemExit so every teardown runs."""
-    signal.signal(signal.SIGTERM, _terminate)
-
 
 # A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
 # ends, by dlvirt.run.cleanup when its runner was killed.
@@ -79,7 +68,7 @@ def publish_result(result: JobResult, output: Path, logs: Path, loadgen_dir: Pat
 
 def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     """Run one job described by ``spec`` (built by the workflow) and write ``output``."""
-    stop_on_sigterm()
+    stop_on_signals()
     scenario = spec.scenario
     run_id = new_run_id()
     output = Path(output)
@@ -94,6 +83,7 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
         check_node(cls, spec)
         # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
         settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
+        print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
         with cls(scenario, settings, workdir, run_id) as platform:
             harness = platform.run(job, timeout_s=float(spec.timeout_s))
             expected = platform.expected()

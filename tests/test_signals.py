@@ -1,0 +1,89 @@
+"""A job stops on SIGINT even where it was started with SIGINT ignored, and the steps that create
+something or tear it down are not cut in half by a signal (dlvirt.core.signals). Fast: plain
+Python processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _start(code: str) -> subprocess.Popen[str]:
+    """``code`` in a Python process started with SIGINT ignored (as by ``cmd &`` in a script)."""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYTHONPATH": SRC},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_a_process_started_with_sigint_ignored_stops_on_it_once_it_asks():
+    wait = "print('ready', flush=True); import time; time.sleep(60)"
+    deaf = _start(wait)
+    stops = _start(f"from dlvirt.core.signals import stop_on_signals; stop_on_signals(); {wait}")
+    try:
+        for proc in (deaf, stops):
+            proc.send_signal(signal.SIGINT)
+        assert stops.wait(timeout=10) != 0
+        time.sleep(1)
+        assert deaf.poll() is None, "Python without stop_on_signals ignores SIGINT it inherited ignored"
+        assert "KeyboardInterrupt" in stops.communicate()[0]
+    finally:
+        for proc in (deaf, stops):
+            proc.kill()
+            proc.wait()
+
+
+HELD = """
+import sys, time
+from dlvirt.core.signals import held, stop_on_signals
+stop_on_signals()
+try:
+    with held():
+        print('ready', flush=True)
+        time.sleep(1.5)
+        print('step done', flush=True)
+    print('after the step', flush=True)
+except KeyboardInterrupt:
+    print('interrupted', flush=True)
+except SystemExit as exc:
+    print(f'terminated {exc.code}', flush=True)
+"""
+
+
+def test_one_signal_waits_for_the_held_step_then_stops_the_job():
+    proc = _start(HELD)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out.splitlines() == ["step done", "interrupted"]
+
+
+def test_sigterm_is_held_too_and_ends_the_job_as_sigterm():
+    proc = _start(HELD)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out.splitlines() == ["step done", "terminated 143"]
+
+
+def test_sigint_and_sigterm_together_are_one_stop_that_waits_for_the_step():
+    """Ctrl-C under Snakemake: SIGINT from the terminal, SIGTERM forwarded by dlvirt.run.interrupt."""
+    proc = _start(HELD)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out.splitlines() == ["step done", "interrupted"]
+
+
+def test_the_same_signal_twice_cuts_a_held_step_short():
+    proc = _start(HELD)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out.splitlines() == ["interrupted"]
