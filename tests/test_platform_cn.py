@@ -266,6 +266,36 @@ def test_stale_containers_of_dead_runs_are_removed_live_ones_kept(engine, cn_ima
                 container.remove(force=True)
 
 
+def test_old_images_are_pruned_to_the_newest_k_and_one_in_use_is_kept(engine):
+    """container_image.prune on a repository of this test's own (never the real dlvirt-cn, which
+    other sessions on this engine may use): tiny imported images, oldest first."""
+    import io
+    import tarfile
+
+    repo = f"dlvirt-prunetest-{os.getpid()}"
+    tags = []
+    for i in range(4):
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            info = tarfile.TarInfo(f"file{i}")
+            tar.addfile(info, io.BytesIO(b""))
+        engine.api.import_image_from_data(data.getvalue(), repository=repo, tag=f"v{i}")
+        tags.append(f"{repo}:v{i}")
+        time.sleep(1.1)  # Created has second resolution on some engines
+    user = engine.containers.create(tags[0], ["none"], network_mode="none")
+    try:
+        said = container_image.prune(engine, 2, repo)
+        left = {t for image in engine.images.list(name=repo) for t in image.tags}
+        assert left == {tags[0], tags[2], tags[3]}
+        assert f"removed old CN image {tags[1]} (platforms.CN.keep_images: 2)" in said
+        assert any(line.startswith(f"kept old CN image {tags[0]}") for line in said)
+    finally:
+        user.remove(force=True)
+        for tag in tags:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                engine.images.remove(tag)
+
+
 def test_second_build_with_nothing_changed_rebuilds_nothing(engine, cn_image, checkout, tmp_path):
     info = container_image.ensure(checkout, SETTINGS, tmp_path / "cn.json")
     assert info["image"] == cn_image and info["source"] == "present" and not info["built"]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -24,6 +26,7 @@ from snakemake.utils import validate
 
 from conftest import REPO, copy_workflow, smoke_config, snakemake, write_config
 from dlvirt.apps import app_class
+from dlvirt.core.owner import new_run_id
 from dlvirt.core.scenario import Scenario
 from dlvirt.plan.planner import expand
 from dlvirt.platforms import guest, guestimage
@@ -177,6 +180,65 @@ def test_hanging_guest_is_killed_at_the_host_timeout_and_leaves_nothing(probe_im
         vm.execute(hang, timeout_s=2)
     assert time.monotonic() - started < 600
     assert_nothing_left(vm)
+
+
+def test_a_guest_flooding_its_console_is_stopped_at_the_cap(probe_image, tmp_path, monkeypatch):
+    """The console is bounded (guest.CONSOLE_CAP_BYTES, lowered here so the test is quick)."""
+    monkeypatch.setattr(guest, "CONSOLE_CAP_BYTES", 256 << 10)
+    flood = "head -c 4194304 /dev/zero | tr '\\0' x > /dev/console\nsleep 100000\n"
+    mvm = MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings(probe_image), tmp_path, new_run_id())
+    with pytest.raises(PlatformError, match="wrote more than 256 KiB to its console and was stopped"), mvm:
+        mvm.execute(flood, timeout_s=600)
+    assert_nothing_left(mvm)
+
+
+# Points of a guest job's life, each marked by a line the job prints when it gets there.
+GUEST_POINTS = {"while the guest boots": r"\[dlvirt\] guest dlvirt-\S+ started",
+                "during the guest's job": re.escape(guestimage.START_MARKER)}
+
+
+@pytest.mark.parametrize("point", GUEST_POINTS)
+def test_ctrl_c_stops_a_guest_job_and_leaves_nothing(probe_image, tmp_path, point):
+    """A runner (started with SIGINT ignored, as a background job of a script is) stops on SIGINT
+    at each point, quickly, and leaves no VMM and no work folder."""
+    code = f"""
+from pathlib import Path
+from dlvirt.core.owner import new_run_id
+from dlvirt.core.scenario import Scenario
+from dlvirt.core.signals import stop_on_signals
+from dlvirt.platforms.mvm import MicroVM
+stop_on_signals()
+with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), {settings(probe_image)!r}, Path({str(tmp_path)!r}), new_run_id()) as mvm:
+    print(mvm.domain_name, flush=True)
+    mvm.execute("sleep 100000\\n", timeout_s=3000)
+"""
+    runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    name = runner.stdout.readline().strip()
+    reached = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:  # reads to the end: a full pipe would stall the job
+        for line in runner.stdout:
+            lines.append(line)
+            if re.search(GUEST_POINTS[point], line):
+                reached.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(timeout=600), f"the guest job never got {point}:\n{''.join(lines[-20:])}"
+        signalled = time.monotonic()
+        runner.send_signal(signal.SIGINT)
+        returncode = runner.wait(timeout=60)
+        took = time.monotonic() - signalled
+    finally:
+        runner.kill()
+        runner.wait()
+        reader.join(timeout=10)
+    assert returncode != 0 and took < 30, f"stopped after {took:.1f} s with status {returncode}"
+    assert _guest_processes(name) == []
+    assert not list(guest.DEFAULT_WORK_DIR.glob(f"{name}-*"))
 
 
 def test_stale_guest_of_a_killed_runner_is_removed(probe_image, tmp_path):

@@ -42,6 +42,7 @@ TAG_LABEL = "dlvirt.image"
 # The config section that selects the Docker engine and names the image (the CN platform's).
 SETTINGS = "platforms.CN"
 IMAGE_REPO = "dlvirt-cn"
+KEEP_IMAGES = 3  # platforms.CN.keep_images: dlvirt-cn images kept when a new one is built
 BASE_REPO = "dlvirt-base"
 # The base recipe. bookworm's Python is 3.11, the version the host's lock is resolved for.
 SUITE = "bookworm"
@@ -221,6 +222,23 @@ def build(root: Path, settings: dict[str, Any], client: Any, workdir: Path) -> s
     return tag
 
 
+def prune(client: Any, keep: int, repo: str = IMAGE_REPO) -> list[str]:
+    """Remove all but the newest ``keep`` of dlvirt's own images (``<repo>:*``) from the engine;
+    one a container still uses is left (the engine refuses)."""
+    from docker.errors import APIError
+
+    tagged = [(image.attrs.get("Created", ""), tag) for image in client.images.list(name=repo)
+              for tag in image.tags if tag.startswith(f"{repo}:")]
+    said = []
+    for _, tag in sorted(tagged, reverse=True)[keep:]:
+        try:
+            client.images.remove(tag)
+            said.append(f"removed old CN image {tag} (platforms.CN.keep_images: {keep})")
+        except APIError as exc:
+            said.append(f"kept old CN image {tag}: {exc.explanation or exc}")
+    return said
+
+
 def build_dir(settings: dict[str, Any]) -> Path:
     """One build folder per host, beside dlvirt's Docker data-root: the wheelhouse is resolved once
     per lock, and BuildKit, which caches a build context per folder, keeps a single copy of it."""
@@ -258,6 +276,8 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                     image = client.images.get(wanted)
                     source = "built"
                     built = True
+                    for line in prune(client, int(settings.get("keep_images", KEEP_IMAGES))):
+                        print(line, flush=True)
         info = {"image": wanted, "id": image.id, "size_bytes": image.attrs.get("Size"), "source": source,
                 "built": built, "seconds": round(time.monotonic() - started, 1),
                 "engine": docker_engine.engine_url(settings), "own_build": not settings.get("image")}

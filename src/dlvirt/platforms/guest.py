@@ -14,6 +14,7 @@ start marker appears on its serial console (the console is a file the host polls
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import os
@@ -45,6 +46,11 @@ DEFAULT_WORK_DIR = Path("/var/lib/dlvirt/guests")
 WORK_DIR_WHAT = "the guests' work directory (platforms.<VM|MVM|VMCN>.work_dir)"
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
 POLL_S = 0.05
+# The guest's console is bounded: the host keeps its last CONSOLE_TAIL_CHARS in memory (for error
+# messages) and stops a guest that writes more than CONSOLE_CAP_BYTES to it (the console file, and
+# the job log it is copied into, hold at most that plus one poll's worth).
+CONSOLE_TAIL_CHARS = 64 << 10
+CONSOLE_CAP_BYTES = 16 << 20
 KILL_GRACE_S = 30.0             # host timeout = boot-to-job time + job timeout + this
 VCPU_THREAD = re.compile(r"^CPU (\d+)/(KVM|TCG)$")       # QEMU's names with debug-threads=on
 FIRECRACKER_VCPU_THREAD = re.compile(r"^fc_vcpu (\d+)$")
@@ -187,7 +193,7 @@ def guest_inputs(job: HarnessJob) -> tuple[HarnessJob, dict[str, Path]]:
 
 @dataclass
 class GuestRun:
-    """What one guest boot gave: exit status, boot-to-start time, accelerator used, console text."""
+    """What one guest boot gave: exit status, boot-to-start time, accelerator used, the console's tail."""
 
     exit_status: int | None
     boot_s: float | None
@@ -376,23 +382,29 @@ class GuestPlatform(Platform):
         started = time.monotonic()
         with held():  # a VMM started is a VMM whose handle _stop_vmm has
             self._start_vmm(accel, root_disk, job_disk, console)
+        print(f"[dlvirt] guest {self.domain_name} started ({accel})", flush=True)
         boot_s: float | None = None
-        seen = ""
-        with open(console, errors="replace") as stream:
+        seen = ""  # the console's tail
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        with open(console, "rb") as stream:
             while True:
-                chunk = stream.read()
+                chunk = _console_text(decoder, stream.read(CONSOLE_CAP_BYTES + 1 - stream.tell()))
                 if chunk:  # the guest's console goes into the job's log as it comes
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
-                    seen += chunk
+                    seen = (seen + chunk)[-CONSOLE_TAIL_CHARS:]
+                if stream.tell() > CONSOLE_CAP_BYTES:
+                    self._stop_vmm()
+                    raise PlatformError(f"the guest wrote more than {CONSOLE_CAP_BYTES >> 10} KiB to its console "
+                                        f"and was stopped; console tail:\n{seen[-3000:]}")
                 now = time.monotonic()
                 if boot_s is None and guestimage.START_MARKER in seen:
                     boot_s = now - started
                     host_observed = self._on_guest_started()
                 if not self._vmm_running():
-                    chunk = stream.read()
+                    chunk = _console_text(decoder, stream.read(CONSOLE_CAP_BYTES + 1 - stream.tell()))
                     sys.stdout.write(chunk)
-                    seen += chunk
+                    seen = (seen + chunk)[-CONSOLE_TAIL_CHARS:]
                     break
                 if boot_s is None and now - started > boot_timeout:
                     return None
@@ -475,8 +487,14 @@ class GuestPlatform(Platform):
         return {"vcpu_thread_affinity": observed}
 
 
+def _console_text(decoder: codecs.IncrementalDecoder, data: bytes) -> str:
+    return decoder.decode(data).replace("\r\n", "\n")
+
+
 def _tail(path: Path, chars: int = 3000) -> str:
     try:
-        return path.read_text(errors="replace")[-chars:]
+        with open(path, "rb") as stream:
+            stream.seek(max(0, os.fstat(stream.fileno()).st_size - 4 * chars))
+            return stream.read().decode(errors="replace")[-chars:]
     except OSError:
         return "(no console output)"
