@@ -267,7 +267,7 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                 source = "pulled"
         else:
             wanted = content_tag(root)
-            with locked(build_dir(settings)):  # builds on one host wait for each other
+            with locked(build_dir(settings), "the CN image's build directory"):  # one host: builds wait for each other
                 try:
                     image = client.images.get(wanted)
                     source = "present"

@@ -93,9 +93,10 @@ def _alive(pid: int, start_time: int) -> bool:
 
 
 @contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """Hold the exclusive lock of ``directory`` (made private if missing, checked if not) for the block."""
-    private.private_dir(directory, RUN_DIR_WHAT)
+def locked(directory: Path, what: str = RUN_DIR_WHAT) -> Iterator[None]:
+    """Hold the exclusive lock of ``directory`` (made private if missing, checked if not; ``what``
+    names it in a refusal) for the block."""
+    private.private_dir(directory, what)
     fd = os.open(directory / "lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
