@@ -24,6 +24,7 @@ someone else is never touched.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dlvirt.core.errors import UnsafePlace
-from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale
+from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale, process_start_time
 from dlvirt.system import cgroups, engines, private
 
 PREFIX = "dlvirt-"
@@ -111,25 +112,35 @@ def _guest_owner(cmdline: list[str]) -> str | None:
 
 
 def _kill_stale_guest_process(pid: int) -> str | None:
-    """SIGKILL ``pid`` when it is a QEMU/Firecracker running a stale dlvirt guest (through a pidfd:
-    the process checked is the one signalled)."""
+    """SIGKILL ``pid`` when it is a QEMU/Firecracker running a stale dlvirt guest. Through a pidfd,
+    the process checked is the one signalled; a kernel without pidfds (before 5.3) gets the
+    process's start time checked again just before the signal."""
     try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return None
+        fd: int | None = os.pidfd_open(pid)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return None
+        fd = None
     try:
+        started = process_start_time(pid)
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         if not Path(cmdline[0]).name.startswith(("qemu-system", "firecracker")):
             return None
         name = _guest_owner(cmdline)
         if name is None or not is_stale(name, RUN_NAME):
             return None
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        if fd is not None:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        elif started is not None and process_start_time(pid) == started:
+            os.kill(pid, signal.SIGKILL)
+        else:
+            return None
         return name
     except OSError:
         return None
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def guest_work_roots(platform_settings: dict[str, Any]) -> list[Path]:
