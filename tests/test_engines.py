@@ -41,6 +41,9 @@ def test_started_once_shared_and_stopped_by_the_last_holder(http_daemon):
     try:
         lease = engines.acquire(http_daemon, first.pid)
         assert lease is not None and lease.started_now and http_daemon.probe()
+        for directory in (engines.RUN_ROOT, http_daemon.run_dir):  # private: root's, 0700 (dlvirt.system.private)
+            info = os.lstat(directory)
+            assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
         again = engines.acquire(http_daemon, second.pid)
         assert again is not None and not again.started_now and again.pid == lease.pid
         assert engines.release(http_daemon.name, first.pid) is None  # the other holder still uses it
@@ -113,3 +116,19 @@ def test_vmcn_uses_the_engine_the_cn_section_selects():
 
     platforms = {"CN": {"engine": {"host": "unix:///run/elsewhere/docker.sock"}}}
     assert [d.name for d in ContainerInVM.daemons(platforms)] == [d.name for d in VirtualMachine.daemons(platforms)]
+
+
+def test_a_daemon_log_over_its_cap_keeps_its_tail_and_starts_again(tmp_path):
+    log = tmp_path / "daemon.log"
+    with open(log, "ab") as daemon:  # the daemon's end of its log: it appends
+        daemon.write(b"a" * 900)
+        daemon.flush()
+        assert not engines.cap_log(log, cap=1000, keep=100)
+        daemon.write(b"b" * 197 + b"END")
+        daemon.flush()
+        assert engines.cap_log(log, cap=1000, keep=100)
+        assert (tmp_path / "daemon.log.1").read_bytes() == b"b" * 97 + b"END"
+        assert log.stat().st_size == 0
+        daemon.write(b"on")
+    assert log.read_bytes() == b"on"  # written at the start again, no hole
+    assert os.stat(tmp_path / "daemon.log.1").st_mode & 0o777 == 0o600

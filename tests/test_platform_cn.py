@@ -230,6 +230,7 @@ def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_da
         bench.kill()
         bench.wait()
         reader.join(timeout=10)
+    print(f"CN job stopped after {took:.1f} s by {'+'.join(signal.Signals(n).name for n in signals)} {point}")
     assert returncode != 0
     assert took < 30, f"the job took {took:.1f} s to stop after {point}"
     assert not (tmp_path / "r.json").exists() and not list(tmp_path.glob(".work-*"))

@@ -139,12 +139,23 @@ def _managed(run_dir: Path) -> dict[str, int | float] | None:
     return None
 
 
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` and all its threads are gone. A multi-threaded daemon's main thread turns
+    zombie first while its other threads (and its open sockets) live on for a moment."""
+    if process_start_time(pid) is not None:
+        return False
+    try:
+        return os.listdir(f"/proc/{pid}/task") in ([], [str(pid)])
+    except OSError:
+        return True
+
+
 def _wait_exit(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # reap it when it is our own child
-        if process_start_time(pid) is None:
+        if _exited(pid):
             return True
         time.sleep(0.1)
     return False
