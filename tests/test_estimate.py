@@ -20,8 +20,10 @@ RECORDED = JobResult.read(Path(__file__).parent / "fixtures" / "runs" / "mlperf-
 def record(path: Path, scenario: str, e2e: list[float], samples: int, tool: str = "mlperf", app: str = "ic") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     runs = [dataclasses.replace(RECORDED.runs[0], e2e_s=v, samples=samples) for v in e2e]
+    # a launch in its place (results/runs/<tool>/<app>/<scenario>/<replicate>.json), with its own run id
     launch = dataclasses.replace(RECORDED, tool=tool, app=app, model_load_s=2.0, platform={"boot_s": None},
-                                 scenario=Scenario.parse(scenario), scenario_name=scenario, runs=runs)
+                                 scenario=Scenario.parse(scenario), scenario_name=scenario, runs=runs,
+                                 replicate=int(path.stem), run_id=f"{tool}-{app}-{scenario}-{path.stem}")
     path.write_text(json.dumps(launch.to_dict()))
 
 

@@ -163,6 +163,7 @@ def test_runs_of_different_code_are_not_summarised_together_unless_allowed(tmp_p
     result["code"] = {"source": "aaaa", "commit": "1" * 40, "dirty": False}
     other = copy.deepcopy(result)
     other["code"] = {"source": "bbbb", "commit": None, "dirty": None}
+    other["run_id"] = "another-launch"
     paths = [write_result(tmp_path, "a.json", result), write_result(tmp_path, "b.json", other)]
     with pytest.raises(MixedCodeError, match=r"aaaa \(1111111111\) vs bbbb"):
         summarise(paths)

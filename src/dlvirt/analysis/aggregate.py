@@ -26,7 +26,7 @@ from dlvirt.analysis.stats import Estimate, estimate, trend
 from dlvirt.core import codeversion, variance
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.interval import outliers
-from dlvirt.core.records import JobResult, Repetition
+from dlvirt.core.records import JobResult, Repetition, read_run_records
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.system.hostinfo import hardware_label
 
@@ -235,8 +235,7 @@ def mixed_hardware(frame: pd.DataFrame) -> list[str]:
 
 def summarise(paths: list[Path], allow_mixed_code: bool = False) -> pd.DataFrame:
     launches: dict[tuple[Any, ...], list[JobResult]] = {}
-    for path in paths:
-        result = JobResult.read(path)
+    for result in read_run_records(paths):
         launches.setdefault(launch_key(result), []).append(result)
     rows = [summarise_launches(group, allow_mixed_code) for group in launches.values()]
     frame = pd.DataFrame(rows, columns=COLUMNS)

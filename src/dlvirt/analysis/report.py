@@ -31,7 +31,7 @@ from dlvirt.analysis.rows import (
 )
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.core.machinetime import hours, launch_machine_s, totals_line
-from dlvirt.core.records import JobResult
+from dlvirt.core.records import read_run_records
 from dlvirt.plan.leftout import reasons
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
@@ -175,7 +175,7 @@ def _html_table(frame: pd.DataFrame, classes: str = "data") -> str:
 
 def machine_time(runs: list[Path], plan: dict[str, Any]) -> str:
     """What the study's launches took, beside what the plan projected before them."""
-    measured = sum(launch_machine_s(JobResult.read(path)) for path in runs)
+    measured = sum(launch_machine_s(record) for record in read_run_records(runs))
     projected = totals_line(plan["estimate"]) if plan.get("estimate") else "not recorded (an older plan.json)"
     return (f"{hours(measured)} measured over {len(runs)} launch(es) (warm-ups, repetitions, model loads, boots; "
             f"provisioning, image builds and datasets not counted); when the plan was written: {projected}")

@@ -1,4 +1,5 @@
-"""Atomic writes: a file under results/ either is complete or does not exist."""
+"""Atomic writes: a file under results/ either is complete or does not exist, and once written
+survives a crash (the file and then its directory are fsynced)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename into ``directory`` durable: without it a crash can lose a published file."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

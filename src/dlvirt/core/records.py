@@ -15,6 +15,8 @@ while it is None (the documents written before these records did the same).
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -124,7 +126,11 @@ class Record:
 
     @classmethod
     def read(cls, path: Path) -> Self:
-        return cls.from_dict(read_json(path), str(path))
+        try:
+            data = read_json(path)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise RecordError(f"{path}: not a JSON document ({err})") from None
+        return cls.from_dict(data, str(path))
 
     def write(self, path: Path) -> None:
         """Write the document atomically (a reader never sees half of it)."""
@@ -273,3 +279,94 @@ class JobResult(Record):
     placement: dict[str, Any] | None = None
     code: dict[str, Any] | None = None   # the harness's code version (core.codeversion); absent in older results
     runner_code: dict[str, Any] | None = None  # the runner's: the two must agree to be summarised
+
+
+# A run record's place: <runs>/<tool>/<app>/<platform>/<cores>/<pinning>/<processor>/<replicate>.json
+# (an edge host's under results/sites/<site>/runs/), as workflow/rules/common.smk names it.
+RUN_LAYOUT = ("tool", "app", "platform", "cores", "pinning", "processor", "replicate")
+# The nested fields the readers of run records (summary, estimate, report) rely on.
+NESTED_FIELDS = {"dataset": ("source",), "model": ("weights",)}
+REPETITION_FIELDS = {"threads": ("policy",)}
+
+
+def _time_problem(where: str, value: Any, positive: bool = True) -> str | None:
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        return f"{where} is {value!r}, not a {'positive' if positive else 'non-negative'} finite time"
+    return None
+
+
+def _repetition_problems(rep: Repetition, where: str) -> list[str]:
+    problems = [_time_problem(f"{where}.e2e_s", rep.e2e_s)]
+    problems += [_time_problem(f"{where}.phases.{name}", value, positive=False) for name, value in rep.phases.items()]
+    for name, keys in REPETITION_FIELDS.items():
+        problems += [f"{where}.{name} lacks {key!r}" for key in keys if key not in getattr(rep, name)]
+    if "intra_op" not in (rep.threads.get("framework") or rep.threads):
+        problems.append(f"{where}.threads lacks 'intra_op'")
+    if rep.telemetry:
+        problems += [f"{where}.telemetry lacks {key!r}" for key in ("voluntary_ctx", "involuntary_ctx")
+                     if key not in rep.telemetry]
+    for stamp in ("started_utc", "finished_utc"):
+        try:
+            datetime.fromisoformat(getattr(rep, stamp))
+        except ValueError:
+            problems.append(f"{where}.{stamp} {getattr(rep, stamp)!r} is not an ISO time")
+    return [p for p in problems if p]
+
+
+def _path_problems(result: JobResult, path: Path) -> list[str]:
+    """How ``result`` differs from what its place in the run layout says it is (nothing for a
+    file outside the layout, e.g. one given by hand)."""
+    parts = path.with_suffix("").parts
+    if len(parts) < len(RUN_LAYOUT) + 1 or parts[-len(RUN_LAYOUT) - 1] != "runs" or path.suffix != ".json":
+        return []
+    named = dict(zip(RUN_LAYOUT, parts[-len(RUN_LAYOUT):], strict=True))
+    s = result.scenario
+    found = {"tool": result.tool, "app": result.app, "platform": s.platform, "cores": str(s.cores),
+             "pinning": s.pinning, "processor": s.processor, "replicate": str(result.replicate)}
+    problems = [f"{key} is {found[key]!r} but its path says {named[key]!r}" for key in RUN_LAYOUT
+                if found[key] != named[key]]
+    above = parts[:-len(RUN_LAYOUT) - 1]
+    site = above[-1] if len(above) >= 2 and above[-2] == "sites" else None
+    if (result.site or None) != site:
+        problems.append(f"site is {result.site!r} but its path says {site!r}")
+    return problems
+
+
+def run_record_problems(result: JobResult, path: Path | None = None) -> list[str]:
+    """Why run record ``result`` (read from ``path``) must not count: not verified, a time that is
+    not a positive finite number, a missing nested field, a path that says it is another job."""
+    problems = [] if result.verified is True else ["it is not verified"]
+    problems += [p for p in [_time_problem("model_load_s", result.model_load_s, positive=False),
+                             _time_problem("platform.boot_s", result.platform.get("boot_s"))] if p]
+    for name, keys in NESTED_FIELDS.items():
+        problems += [f"{name} lacks {key!r}" for key in keys if key not in getattr(result, name)]
+    for kind in ("runs", "warmups"):
+        for i, rep in enumerate(getattr(result, kind)):
+            problems += _repetition_problems(rep, f"{kind}[{i}]")
+    if not result.runs:
+        problems.append("it has no repetitions")
+    if result.scenario_name != result.scenario.name:
+        problems.append(f"scenario_name {result.scenario_name!r} is not its scenario {result.scenario.name!r}")
+    if path is not None:
+        problems += _path_problems(result, Path(path))
+    return problems
+
+
+def read_run_records(paths: list[Path]) -> list[JobResult]:
+    """The run records at ``paths``, each checked before it counts (``run_record_problems``) and no
+    two with one ``run_id``; RecordError naming the file otherwise."""
+    records: list[JobResult] = []
+    seen: dict[str, Path] = {}
+    for path in map(Path, paths):
+        result = JobResult.read(path)
+        problems = run_record_problems(result, path)
+        if problems:
+            raise RecordError(f"{path}: refused as a run record: {'; '.join(problems)}")
+        if result.run_id in seen:
+            raise RecordError(f"{path}: refused as a run record: its run_id {result.run_id!r} is also "
+                              f"{seen[result.run_id]}'s (one launch counted twice)")
+        seen[result.run_id] = path
+        records.append(result)
+    return records

@@ -23,7 +23,7 @@ from typing import Any
 from dlvirt.core import variance
 from dlvirt.core.interval import t_half_width
 from dlvirt.core.machinetime import hours, launch_overhead_s
-from dlvirt.core.records import JobResult
+from dlvirt.core.records import JobResult, read_run_records
 from dlvirt.plan.planner import Job, Plan, kinds
 from dlvirt.run.dlbs import settings_for as dlbs_settings
 
@@ -42,7 +42,7 @@ class Measured:
 
 
 def read_records(runs_dir: Path) -> list[JobResult]:
-    return [JobResult.read(path) for path in sorted(Path(runs_dir).rglob("*.json"))]
+    return read_run_records(sorted(Path(runs_dir).rglob("*.json")))
 
 
 def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, str], Measured]:

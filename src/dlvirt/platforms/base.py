@@ -8,6 +8,9 @@ A platform is a context manager, so teardown runs on success, on failure and on 
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +57,8 @@ class Expected:
     in_vm: bool | None = None              # the harness runs in a virtual machine
     pci_bus: bool | None = None            # it sees PCI devices (a PC-type VM) or none (a microVM)
     kernel: str | None = None              # the kernel release it runs on (a guest's own kernel)
+    # the harness's own powers (observe.privileges): uid, euid, cap_eff, no_new_privs as they must be
+    privileges: dict[str, Any] | None = None
 
 
 def _cpu_cgroup_paths(cgroup: dict[str, str]) -> list[str]:
@@ -104,6 +109,10 @@ def verify(expected: Expected, observed: dict[str, Any]) -> list[str]:
         problems.append(f"memory limit {observed.get('memory_limit_bytes')} bytes != requested "
                         f"{expected.memory_limit_bytes} (study.memory)")
     problems += _memory_problems(expected, observed)
+    if expected.privileges is not None:
+        powers = observed.get("privileges") or {}
+        problems += [f"{key} {powers.get(key)!r} inside != the {want!r} asked (least privilege)"
+                     for key, want in expected.privileges.items() if powers.get(key) != want]
     seen = observed.get("placement") or {}
     if expected.mems is not None and tuple(seen.get("mems") or ()) != tuple(expected.mems):
         problems.append(f"memory nodes {seen.get('mems')} != requested {list(expected.mems)}")
@@ -164,6 +173,24 @@ def job_input_paths(job: HarnessJob) -> list[Path]:
 
     walk(job.app_settings)
     return sorted(set(found))
+
+
+def copy_regular_files(src: Path, dest: Path) -> None:
+    """Copy what an untrusted writer left under ``src`` to the new folder ``dest``: directories and
+    regular files only (symlinks, devices, FIFOs and sockets stay behind, nothing is followed out of
+    ``src``), every file with a plain mode (no setuid, no owner kept)."""
+    dest.mkdir(mode=0o755)
+    for entry in os.scandir(src):
+        target = dest / entry.name
+        if entry.is_dir(follow_symlinks=False):
+            copy_regular_files(Path(entry.path), target)
+        elif entry.is_file(follow_symlinks=False):
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as source:
+                if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                    continue
+                with open(target, "xb") as copy:
+                    shutil.copyfileobj(source, copy, 1 << 20)
 
 
 class Platform(ABC):

@@ -4,9 +4,9 @@ A job travels on a second virtio disk (ext4, label ``dlvirt-job``) made on the h
 ``mkfs.ext4 -d``: ``run.sh``, the guest-side timeout, the job document, the dataset and the dlvirt
 package of this very run (so the guest runs exactly the host's code). The guest's init
 (``guestimage.GUEST_INIT``) runs ``run.sh`` under ``timeout``, writes ``exitcode``, syncs and powers
-off by sysrq; the host reads ``/out`` back with ``debugfs rdump`` — no network, no mounts. The
-guest has no network device at all. ``-no-reboot`` and ``panic=-1`` make a crashing guest end the
-VMM instead of looping, and the host kills a guest that outlives its own timeout.
+off by sysrq; the host reads ``/out`` back with ``debugfs`` (regular files only, size-capped) — no
+network, no mounts. The guest has no network device at all. ``-no-reboot`` and ``panic=-1`` make a
+crashing guest end the VMM instead of looping, and the host kills a guest that outlives its own timeout.
 
 Boot-to-harness time is measured on the host: from starting the VMM to the moment the guest's
 start marker appears on its serial console (the console is a file the host polls).
@@ -20,6 +20,7 @@ import dataclasses
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -45,6 +46,10 @@ GUEST_JOB_DIR = "/job"
 DEFAULT_WORK_DIR = Path("/var/lib/dlvirt/guests")
 WORK_DIR_WHAT = "the guests' work directory (platforms.<VM|MVM|VMCN>.work_dir)"
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
+# What the host reads back of a guest's /out at most (the guest wrote it: nothing of it is trusted)
+OUT_MAX_BYTES = 1 << 30
+OUT_MAX_FILES = 10_000
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.+,=@-]{1,255}")
 POLL_S = 0.05
 # The guest's console is bounded: the host keeps its last CONSOLE_TAIL_CHARS in memory (for error
 # messages) and stops a guest that writes more than CONSOLE_CAP_BYTES to it (the console file, and
@@ -147,16 +152,61 @@ def make_job_disk(disk: Path, staging: Path, headroom_mib: int = JOB_HEADROOM_MI
         raise PlatformError(f"mkfs.ext4 of the job disk failed: {proc.stderr.strip()}")
 
 
-def read_job_disk(disk: Path, dest: Path) -> int | None:
-    """Copy the guest's /out to ``dest``/out; return its exit status (None: the job never ended)."""
+def _disk_listing(disk: Path, directory: str) -> list[tuple[str, int, int]]:
+    """(name, mode, size) of each entry of ``directory`` on the ext4 image (``debugfs ls -p``)."""
+    proc = _run_quiet(["debugfs", "-R", f"ls -p {directory}", str(disk)])
+    entries = []
+    for line in proc.stdout.splitlines():
+        # /inode/mode/uid/gid/name/size/ (a name never holds "/")
+        fields = line.split("/")
+        if len(fields) == 8 and fields[5] not in (".", ".."):
+            entries.append((fields[5], int(fields[2], 8), int(fields[6] or 0)))
+    return entries
+
+
+def read_job_disk(disk: Path, dest: Path, max_bytes: int = OUT_MAX_BYTES,
+                  max_files: int = OUT_MAX_FILES) -> int | None:
+    """Copy the guest's /out to ``dest``/out; return its exit status (None: the job never ended).
+
+    The image was written by the guest, so nothing of it is trusted: only directories and regular
+    files come out (a guest's symlinks, devices and FIFOs are left behind, nothing keeps the guest's
+    owner or mode), every name must be a plain file name, and /out may hold at most ``max_files``
+    files of ``max_bytes`` in all (PlatformError otherwise). debugfs opens the image read-only."""
     dest.mkdir(parents=True, exist_ok=True)
-    status = _run_quiet(["debugfs", "-R", "cat /exitcode", str(disk)])
-    if _run_quiet(["debugfs", "-R", "stat /out", str(disk)]).returncode == 0:
-        proc = _run_quiet(["debugfs", "-R", f"rdump /out {dest}", str(disk)])
+    top = {name: (mode, size) for name, mode, size in _disk_listing(disk, "/")}
+    status = None
+    if "exitcode" in top and stat.S_ISREG(top["exitcode"][0]) and top["exitcode"][1] <= 16:
+        text = _run_quiet(["debugfs", "-R", "cat /exitcode", str(disk)]).stdout.strip()
+        status = int(text) if text.isdigit() else None
+    if "out" not in top or not stat.S_ISDIR(top["out"][0]):
+        return status
+    commands: list[str] = []
+    total = files = 0
+    pending = ["out"]
+    while pending:
+        directory = pending.pop()
+        (dest / directory).mkdir()
+        for name, mode, size in _disk_listing(disk, f"/{directory}"):
+            if not SAFE_NAME.fullmatch(name):
+                raise PlatformError(f"the guest's /{directory} holds a file named {name[:80]!r}; "
+                                    "dlvirt reads back only plain names")
+            path = f"{directory}/{name}"
+            if stat.S_ISDIR(mode):
+                pending.append(path)
+            elif stat.S_ISREG(mode):
+                total, files = total + size, files + 1
+                commands.append(f'dump "/{path}" "{dest / path}"')
+        if total > max_bytes or files > max_files:
+            raise PlatformError(f"the guest's /out holds more than dlvirt reads back ({files} files, {total} bytes; "
+                                f"at most {max_files} files of {max_bytes} bytes)")
+    if commands:
+        script = dest / ".dump-commands"
+        script.write_text("\n".join(commands) + "\n")
+        proc = _run_quiet(["debugfs", "-f", str(script), str(disk)])
+        script.unlink()
         if proc.returncode != 0:
-            raise PlatformError(f"debugfs rdump of the job disk failed: {proc.stderr.strip()}")
-    text = status.stdout.strip()
-    return int(text) if status.returncode == 0 and text.isdigit() else None
+            raise PlatformError(f"debugfs could not copy the job disk's /out: {proc.stderr.strip()[-2000:]}")
+    return status
 
 
 def _copy_tree(src: Path, dest: Path) -> None:

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ import dlvirt
 from dlvirt.apps.base import DATASET_INFO
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.owner import new_run_id, process_tag
-from dlvirt.core.records import JobResult, JobSpec
+from dlvirt.core.records import JobResult, JobSpec, run_record_problems
 from dlvirt.core.signals import stop_on_signals
 from dlvirt.run.runner import publish_result
 
@@ -136,16 +137,24 @@ class SshHost:
         return True
 
     def fetch(self, remote: str, local: Path) -> None:
-        """Copy the remote directory ``remote`` into the local directory ``local``."""
+        """Copy the remote directory ``remote`` into the local directory ``local``.
+
+        The edge host is not trusted with this host's files: the archive is unpacked by tarfile's
+        ``data`` filter (no owners, no setuid or device files, no absolute paths, nothing that
+        leads or links out of ``local``), refused whole if any member breaks those rules."""
         local.mkdir(parents=True, exist_ok=True)
         with subprocess.Popen(self.argv(f"tar -C {shlex.quote(remote)} -cf - ."), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) as ssh:
-            untar = subprocess.run(["tar", "-xf", "-", "-C", str(local)], stdin=ssh.stdout, capture_output=True,
-                                   check=False)
-            _, err = ssh.communicate()
-        if ssh.returncode != 0 or untar.returncode != 0:
-            raise RemoteError(f"host {self.site}: fetching {remote} failed: "
-                              f"{err.decode(errors='replace').strip()} {untar.stderr.decode(errors='replace')}")
+            assert ssh.stdout is not None
+            try:
+                extract_untrusted(ssh.stdout, local)
+            except (tarfile.TarError, OSError) as refused:
+                ssh.kill()
+                ssh.communicate()
+                raise RemoteError(f"host {self.site}: the archive of {remote} was refused: {refused}") from None
+            _, stderr = ssh.communicate()
+        if ssh.returncode != 0:
+            raise RemoteError(f"host {self.site}: fetching {remote} failed: {stderr.decode(errors='replace').strip()}")
 
     def stage_code(self) -> str:
         """This dlvirt package on the remote (content-addressed); returns the PYTHONPATH entry."""
@@ -162,6 +171,13 @@ class SshHost:
     def python_command(self, code: str, args: str) -> str:
         """The remote interpreter running ``args`` with the staged code ahead of anything installed."""
         return f'PYTHONPATH="$PWD/{code}" exec {shlex.quote(self.python)} {args}'
+
+
+def extract_untrusted(stream: IO[bytes], dest: Path) -> None:
+    """Unpack the tar ``stream`` into ``dest`` as data only (``tarfile.data_filter``); a member the
+    filter refuses (``../x``, ``/etc/x``, a link out, a device) raises tarfile.FilterError."""
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        archive.extractall(dest, filter="data")
 
 
 def remote_facts(host: SshHost) -> dict[str, Any]:
@@ -222,6 +238,14 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
         result = dataclasses.replace(
             JobResult.read(fetched / "run.json"), site=host.site,
             transport={**host.describe(), "code_sha256": code.split("/")[-1], "dataset_sha256": dataset_sha})
+        # the edge host's record counts only as this job's, verified, with sound times
+        problems = run_record_problems(result, output)
+        if (result.spec.tool, result.spec.app, result.spec.scenario, result.spec.replicate) != (
+                spec.tool, spec.app, spec.scenario, spec.replicate):
+            problems.append(f"it is the record of {result.tool} {result.app} {result.scenario_name} "
+                            f"replicate {result.replicate}")
+        if problems:
+            raise RemoteError(f"host {host.site}: its run record was refused: {'; '.join(problems)}")
         publish_result(result, output, fetched / "loadgen", loadgen_dir)
         return result
     finally:

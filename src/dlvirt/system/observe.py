@@ -117,6 +117,15 @@ def resample_ran_on(observed: dict[str, Any]) -> None:
         observed["placement"]["ran_on_nodes"] = sorted(set(seen) | set(ran_on_nodes()))
 
 
+def privileges(status: Path = Path("/proc/self/status")) -> dict[str, Any]:
+    """The harness's own powers as its kernel sees them: real and effective uid, the effective
+    capability set (hex; all zeros: none) and the no_new_privs flag (1: no setuid can raise them)."""
+    fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+    uids = fields["Uid"].split()
+    return {"uid": int(uids[0]), "euid": int(uids[1]), "cap_eff": fields["CapEff"].strip(),
+            "no_new_privs": int(fields.get("NoNewPrivs", "0").strip() or 0)}
+
+
 def observe() -> dict[str, Any]:
     affinity = sorted(os.sched_getaffinity(0))
     return {
@@ -129,6 +138,7 @@ def observe() -> dict[str, Any]:
         "memory_limit_bytes": cgroups.effective_memory_limit_bytes(),
         "mem_total_bytes": mem_total_bytes(),
         "image": image_tag(),
+        "privileges": privileges(),
         "virtualization": virtualization(),
         "pci_devices": pci_devices(),
         "kernel": platform.release(),
