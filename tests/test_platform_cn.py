@@ -80,6 +80,7 @@ def cn_image(engine, checkout, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def ic_dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ic-cn")
+    out.chmod(0o755)  # as resources/datasets/ic is: the harness in the container is not root
     ImageClassification.prepare_dataset(out, IC_SETTINGS)
     return out
 
@@ -113,6 +114,25 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     assert result.platform["start_to_harness_s"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
     assert our_containers(engine) == []
+    # least privilege, as the harness read it from /proc/self/status inside, recorded and checked
+    assert observed["privileges"] == {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000",
+                                      "no_new_privs": 1} == result.expected["privileges"]
+    assert result.platform["confinement"]["cap_drop"] == ["ALL"] and result.platform["confinement"]["read_only"]
+
+
+def test_an_input_the_unprivileged_harness_cannot_read_is_refused(engine, cn_image, ic_dataset, tmp_path):
+    private = tmp_path / "private"
+    shutil.copytree(ic_dataset, private)
+    private.chmod(0o700)
+    with pytest.raises(PlatformError, match=rf"{private}: the container's user \(uid 65534\) cannot read it"):
+        run_job(cn_spec(private, cn_image, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
+    assert our_containers(engine) == [] and not (tmp_path / "r.json").exists()
+
+
+def test_a_pulled_image_must_be_named_by_digest(engine, tmp_path):
+    with pytest.raises(engines.EngineError, match="name it by digest"):
+        container_image.ensure(Path("."), {**SETTINGS, "image": "registry.example/dlvirt:latest"}, tmp_path / "m.json")
+    assert not (tmp_path / "m.json").exists()
 
 
 def test_host_facts_take_dockers_version_from_the_daemon(engine):

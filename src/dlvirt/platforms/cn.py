@@ -3,11 +3,18 @@
 ``CN/N/VNL`` = ``--cpus=N``: a CFS quota of N cores, but the container still sees (and has in its
 affinity) every host core, so frameworks that size their pools from the visible cores
 oversubscribe. ``CN/N/PIN`` = ``--cpuset-cpus`` on N host cores. ``--memory`` = ``--memory-swap`` =
-``study.memory`` (no swap). Always ``--network none``, never privileged; the inputs (dataset,
-weights, the job) are bind-mounted read-only at their host paths and one writable mount receives
-the results. ``CN/N/*/GPU`` adds ``--gpus`` (NVIDIA Container
-Toolkit). Every container is labelled with the job's run id and removed on success, failure,
-timeout and Ctrl-C; ``dlvirt.run.cleanup`` removes those of a killed workflow.
+``study.memory`` (no swap). Always ``--network none``; the inputs (dataset, weights, the job) are
+bind-mounted read-only at their host paths and one writable mount receives the results.
+``CN/N/*/GPU`` adds ``--gpus`` (NVIDIA Container Toolkit). Every container is labelled with the
+job's run id and removed on success, failure, timeout and Ctrl-C; ``dlvirt.run.cleanup`` removes
+those of a killed workflow.
+
+Least privilege (the harness needs none of root's powers): it runs as ``nobody`` (65534:65534),
+with every capability dropped, ``no-new-privileges``, a pids limit (``platforms.CN.pids_limit``),
+a read-only root file system and a tmpfs for ``/tmp`` (its HOME). The harness reads its uid, its
+effective capabilities and NoNewPrivs from ``/proc/self/status``; they are recorded in every
+repetition and the job fails if they are not as asked. Of what the container wrote, only
+directories and regular files are copied out (no links, devices or setuid bits).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -26,7 +34,7 @@ from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import held
 from dlvirt.platforms import container_image
-from dlvirt.platforms.base import Expected, Platform, PlatformError, job_input_paths
+from dlvirt.platforms.base import Expected, Platform, PlatformError, copy_regular_files, job_input_paths
 from dlvirt.system import docker_engine, engine_versions
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
@@ -34,6 +42,12 @@ from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
 
 JOB_PATH = "/dlvirt/job.json"
 OUT_DIR = "/dlvirt/out"
+# Who the harness is in the container, and the powers it must observe it has (observe.privileges).
+USER_ID = GROUP_ID = 65534  # nobody:nogroup (in every Debian base)
+PRIVILEGES = {"uid": USER_ID, "euid": USER_ID, "cap_eff": "0000000000000000", "no_new_privs": 1}
+PIDS_LIMIT = 8192           # processes and threads (a framework's pools count): platforms.CN.pids_limit
+CONFINEMENT = {"user": f"{USER_ID}:{GROUP_ID}", "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
+               "read_only": True, "tmpfs": {"/tmp": "rw,nosuid,nodev,exec,mode=1777"}}
 
 
 def nvidia_toolkit() -> bool:
@@ -131,16 +145,31 @@ class Container(Platform):
             gpus = {"device_requests": [request]}
         memory = {} if self.memory is None else {"mem_limit": self.memory, "memswap_limit": self.memory}
         return {**cpu, **gpus, **memory, "mounts": mounts, "network_mode": "none", "privileged": False,
-                "cgroupns": "host"}
+                "cgroupns": "host", **CONFINEMENT, "pids_limit": self.pids_limit}
+
+    @property
+    def pids_limit(self) -> int:
+        return int(self.config.get("pids_limit") or PIDS_LIMIT)
+
+    def _check_readable(self, job: HarnessJob) -> None:
+        """The container's user (not root) must be able to read every input it is given."""
+        for path in job_input_paths(job):
+            need = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0)
+            if path.exists() and path.stat().st_mode & need != need:
+                raise PlatformError(f"{path}: the container's user (uid {USER_ID}) cannot read it; the harness runs "
+                                    f"unprivileged: make it readable by others (chmod o+r{'x' if need & 1 else ''})")
 
     def run(self, job: HarnessJob, timeout_s: float) -> HarnessOutput:
         from docker.errors import DockerException
         from requests.exceptions import RequestException
 
         job_path = self.workdir.resolve() / "job.json"  # bind mounts need absolute paths
-        out_dir = self.workdir.resolve() / "out"
-        out_dir.mkdir(parents=True, exist_ok=True)
+        # the container's user writes here; the host copies out only what may be trusted (below)
+        out_dir = self.workdir.resolve() / "container-out"
+        out_dir.mkdir(mode=0o700)
+        os.chown(out_dir, USER_ID, GROUP_ID)
         job.write(job_path)
+        self._check_readable(job)
         environment = {"HOME": "/tmp", **({"CUDA_VISIBLE_DEVICES": ""} if self.scenario.processor == "CPU" else {})}
         try:
             with held():  # a container created is a container stored, so teardown removes it
@@ -149,7 +178,7 @@ class Container(Platform):
                     name=self.container_name, labels={**docker_engine.labels(self.run_id),
                                                       "dlvirt.scenario": self.scenario.name},
                     # Relative paths in the job resolve as on the host: same working directory.
-                    working_dir=os.getcwd(), user=f"{os.getuid()}:{os.getgid()}", environment=environment,
+                    working_dir=os.getcwd(), environment=environment,
                     **self._host_config(job_path, out_dir, job))
             print(f"[dlvirt] container {self.container_name} created", flush=True)
             self.launched_unix = time.time()
@@ -171,7 +200,10 @@ class Container(Platform):
             why = " (out of memory: study.memory)" if state.get("OOMKilled") else ""
             raise PlatformError(f"harness exited with status {status['StatusCode']} in container "
                                 f"{self.container.short_id}{why} (see the log above)")
-        harness = HarnessOutput.read(out_dir / "harness.json")
+        out = self.workdir / "out"
+        copy_regular_files(out_dir, out)
+        shutil.rmtree(out_dir)
+        harness = HarnessOutput.read(out / "harness.json")
         self.start_to_harness_s = harness.entered_unix - self.launched_unix
         return harness
 
@@ -191,7 +223,7 @@ class Container(Platform):
             quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
             container="docker", vm=None,  # the container cannot tell its hypervisor as the host does
             cgroup_id=self.container.id, memory_limit_bytes=self.memory, memory_at_least_bytes=self.memory,
-            image=self.image_label, mems=self.placement.mems if self.placement else None,
+            image=self.image_label, privileges=PRIVILEGES, mems=self.placement.mems if self.placement else None,
             sockets=self.placement.sockets if self.placement else None,
             nodes=self.placement.nodes if self.placement else None)
 
@@ -220,4 +252,5 @@ class Container(Platform):
                 "placement": self.placement.to_dict() if self.placement else None, "image": self.image,
                 "image_id": self.image_id, "memory_mib": self.memory_mib,
                 "memory_mechanism": None if self.memory is None else "--memory = --memory-swap", "network": "none",
+                "confinement": {**CONFINEMENT, "pids_limit": self.pids_limit},
                 "start_to_harness_s": getattr(self, "start_to_harness_s", None)}

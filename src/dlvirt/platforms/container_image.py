@@ -43,6 +43,7 @@ TAG_LABEL = "dlvirt.image"
 SETTINGS = "platforms.CN"
 IMAGE_REPO = "dlvirt-cn"
 KEEP_IMAGES = 3  # platforms.CN.keep_images: dlvirt-cn images kept when a new one is built
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")  # what a pulled image must be named by
 BASE_REPO = "dlvirt-base"
 # The base recipe. bookworm's Python is 3.11, the version the host's lock is resolved for.
 SUITE = "bookworm"
@@ -248,7 +249,7 @@ def build_dir(settings: dict[str, Any]) -> Path:
 def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]:
     """Make the CN image available in the engine and write ``marker`` describing it.
 
-    ``platforms.CN.image`` set: that image (pulled when absent). Else dlvirt's own, built only
+    ``platforms.CN.image`` set: that image (pulled when absent, by digest only). Else dlvirt's own, built only
     when the engine lacks its content tag."""
     from docker.errors import ImageNotFound
 
@@ -262,6 +263,10 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                 image = client.images.get(wanted)
                 source = "present"
             except ImageNotFound:
+                if not DIGEST.search(wanted):
+                    raise EngineError(f"platforms.CN.image: {wanted} is not in the engine and would be pulled by "
+                                      "tag, which a registry may change at any time: name it by digest "
+                                      "(name@sha256:<64 hex digits>)") from None
                 print(f"pulling {wanted}", flush=True)
                 image = client.images.pull(wanted)
                 source = "pulled"

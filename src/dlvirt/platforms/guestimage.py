@@ -41,6 +41,7 @@ from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.owner import process_tag
 
 VARIANTS = ("probe", "full", "gpu", "docker")
+POLICY_RC_D = "usr/sbin/policy-rc.d"  # invoke-rc.d asks it; "exit 101": start nothing
 IMAGE_FILES = ("image.json", "rootfs.img", "vmlinuz", "initrd.img")  # what an image directory holds
 DEFAULT_DIR = "resources/guest"  # <DEFAULT_DIR>/<variant>/, relative to the workflow directory
 SUITE = "bookworm"
@@ -323,6 +324,8 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
         _write(rootfs / "usr/share/initramfs-tools/modules.d/dlvirt", "\n".join(INITRD_MODULES) + "\n")
         _write(rootfs / "etc/fstab", f"LABEL={ROOT_LABEL} / ext4 rw,relatime 0 1\n")
         _write(rootfs / "etc/hostname", "dlvirt-guest\n")
+        # no package script may start a service (dockerd, udevd) in the chroot, i.e. on this host
+        _write(rootfs / POLICY_RC_D, "#!/bin/sh\nexit 101\n", 0o755)
         with _proc_mounted(rootfs):
             _chroot(rootfs, "apt-get", "update", "-qq")
             _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "zstd",
@@ -338,6 +341,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
                 if stack is not None and variant != "docker":  # which lock (dlvirt.system.hostinfo.python_stack)
                     _write(rootfs / GUEST_VENV.lstrip("/") / "dlvirt-stack.json", json.dumps(stack) + "\n")
             _chroot(rootfs, "apt-get", "clean")
+        (rootfs / POLICY_RC_D).unlink()
         if variant == "docker":
             if docker_image is None:
                 raise ImageError("the docker guest image needs the CN image's tag")

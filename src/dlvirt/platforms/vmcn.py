@@ -6,7 +6,8 @@ dlvirt's CN platform runs the harness container exactly as it does on a host.
 N host cores (checked from the host) and container ``--cpuset-cpus`` on the guest's N CPUs. The
 guest image carries the CN image preloaded (``guestimage`` variant ``docker``), so the container is
 the very image CN runs. Inside, the CN platform verifies what the container saw (cgroup, quota,
-cpuset, memory limit, image) and the job fails on any difference; the host verifies it again.
+cpuset, memory limit, image, the unprivileged user) and the job fails on any difference; the host
+verifies it again.
 
 Run inside the guest as ``python -m dlvirt.platforms.vmcn SPEC.json`` (written by the host).
 """
@@ -85,6 +86,8 @@ class ContainerInVM(VirtualMachine):
         return HarnessOutput.read(out / "harness.json")
 
     def expected(self) -> Expected:
+        from dlvirt.platforms.cn import PRIVILEGES
+
         cpus = tuple(range(self.vcpus))
         floor, ceiling = self.memory_bounds()
         return Expected(affinity=cpus, nproc=self.vcpus, cpu_count=self.vcpus,
@@ -92,7 +95,7 @@ class ContainerInVM(VirtualMachine):
                         # the container cannot name its hypervisor, but sees that it is in the guest
                         container="docker", vm=None, in_vm=True, pci_bus=True, kernel=self.guest_kernel(),
                         memory_limit_bytes=floor, memory_at_least_bytes=floor, mem_total_at_most_bytes=ceiling,
-                        **self.guest_span())
+                        privileges=PRIVILEGES, **self.guest_span())
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
