@@ -1,16 +1,27 @@
-"""What the benchmark scripts share: the IC settings they run and the job spec the real runner takes."""
+"""What the benchmark scripts share: the IC settings they run, the default study's settings, and the
+job spec the real runner takes."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import copy
+import multiprocessing
+import os
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dlvirt.apps import app_class
 from dlvirt.core.memory import parse_mib
 from dlvirt.core.records import JobSpec
+from dlvirt.run.dlbs import settings_for
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+STUDY_CONFIG = REPO / "config" / "config.yaml"
 # study.memory's default, which the workflow gives every platform (memory_mib)
 MEMORY_MIB = parse_mib(yaml.safe_load(SCHEMA.read_text())["properties"]["study"]["properties"]["memory"]["default"])
 
@@ -23,16 +34,61 @@ def settings(images: int, batch: int) -> dict[str, Any]:
                         "performance_sample_count": None}}
 
 
-def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: int, *,
-             threads: str = "granted", pipeline: str | None = None,
-             platform_settings: dict[str, Any] | None = None) -> JobSpec:
-    """One mlperf job of ``app`` on ``scenario`` (``BM/2/PIN/CPU``), one warm-up before ``reps``, with
-    the default study.memory."""
+def study_config(path: Path = STUDY_CONFIG) -> dict[str, Any]:
+    """The default study's config (config/config.yaml) with the schema's defaults filled in, as the
+    workflow fills them."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load(path.read_text())
+    validate(config, str(SCHEMA))
+    return copy.deepcopy(config)
+
+
+def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: int | dict[str, Any], *,
+             threads: str = "granted", pipeline: str | None = None, tool: str = "mlperf",
+             dlbs: dict[str, Any] | None = None, platform_settings: dict[str, Any] | None = None) -> JobSpec:
+    """One job of ``tool`` and ``app`` on ``scenario`` (``BM/2/PIN/CPU``), one warm-up before ``reps``,
+    with the default study.memory; a dlbs job takes the config's ``dlbs`` section as ``dlbs``."""
     platform, cores, pinning, processor = scenario.split("/")
     return JobSpec.from_dict({
-        "tool": "mlperf", "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": threads,
+        "tool": tool, "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": threads,
         "pipeline": pipeline, "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"],
         "app_settings": cfg, "dataset_dir": str(dataset),
+        "dlbs": settings_for(dlbs, app) if tool == "dlbs" and dlbs is not None else None,
         "platform_settings": {"memory_mib": MEMORY_MIB, **(platform_settings or {})},
         "allow_emulation": False,
         "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor}})
+
+
+def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], passes: int) -> dict[str, Any]:
+    """(In a fresh process: ``fresh_raw_loop``.) Pin to ``cpus`` before the framework starts, build the model with the
+    framework's default threads, pre-process every sample into memory, time ``passes`` passes of
+    ``infer`` over its batches after one untimed pass; samples/s per pass and their mean."""
+    os.sched_setaffinity(0, cpus)
+    from dlvirt.run.harness import plan_threads
+    from dlvirt.system import observe
+
+    plan = plan_threads("framework-default", observe.observe())
+    model = app_class(app)(settings, Path(dataset), "CPU", plan)
+    model.load_model()
+    inputs = [model.preprocess(i) for i in range(model.sample_count())]
+    size = settings["batch_size"]
+    batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+    rates, cpu_s, wall_s = [], 0.0, 0.0
+    for n in range(passes + 1):
+        cpu, start = time.process_time(), time.perf_counter()
+        for batch in batches:
+            model.infer(batch)
+        elapsed = time.perf_counter() - start
+        if n:  # the first pass warms up, as the harness's warm-up repetition does
+            rates.append(len(inputs) / elapsed)
+            cpu_s += time.process_time() - cpu
+            wall_s += elapsed
+    return {"rate": statistics.mean(rates), "rates": rates, "cpu_per_wall": cpu_s / wall_s,
+            "intra_op": model.framework_threads().get("intra_op")}
+
+
+def fresh_raw_loop(app: str, settings: dict[str, Any], dataset: Path, cpus: list[int], passes: int) -> dict[str, Any]:
+    """``raw_loop`` in a process of its own (a framework sizes its pools once per process)."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(raw_loop, app, settings, str(dataset), cpus, passes).result()

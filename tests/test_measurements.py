@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ def observed(nproc: int, quota: float | None) -> dict:
     return {"nproc": nproc, "quota_cores": quota}
 
 
-@pytest.mark.parametrize("pipeline", ["overlapped", "sequential"])
+@pytest.mark.parametrize("pipeline", [None, "overlapped", "sequential"])
 @pytest.mark.parametrize(("nproc", "quota"), [(1, None), (2, None), (8, None), (8, 1.0), (8, 2.5), (64, 16.0)])
 def test_granted_plans_never_run_more_compute_threads_than_granted_cores(pipeline, nproc, quota):
     plan = plan_threads("granted", observed(nproc, quota), pipeline)
@@ -39,26 +40,27 @@ def test_granted_plans_never_run_more_compute_threads_than_granted_cores(pipelin
     assert plan.cores == cores
     assert plan.compute_threads() <= cores
     assert not plan.post_thread
-    if pipeline == "sequential" or cores == 1:
-        assert (plan.sharing, plan.overlap, plan.intra_op, plan.pre_workers) == ("alternate", False, cores, cores)
-    else:
+    if pipeline == "overlapped" and cores > 1:  # asked for: pre-processing beside inference
         assert (plan.sharing, plan.intra_op, plan.pre_workers) == ("split", cores - 1, 1)
+    else:  # the default: every granted core infers, then every one pre-processes
+        assert (plan.sharing, plan.overlap, plan.intra_op, plan.pre_workers) == ("alternate", False, cores, cores)
 
 
 def test_framework_default_sets_no_framework_threads():
     plan = plan_threads("framework-default", observed(1, 1.0))
     assert plan.intra_op is None and plan.inter_op is None and plan.compute_threads() is None
-    assert plan.sharing == "unmanaged" and plan.post_thread
+    assert plan.sharing == "unmanaged" and plan.post_thread and plan.overlap  # a plain application overlaps
     assert plan_threads("naive", observed(1, 1.0)) == plan  # the older name
+    assert not plan_threads("framework-default", observed(1, 1.0), "sequential").overlap
     with pytest.raises(ValueError, match="harness.pipeline"):
         plan_threads("granted", observed(1, None), "parallel")
 
 
 def test_a_framework_running_other_counts_than_the_granted_plan_fails():
     plan = plan_threads("granted", observed(2, None))
-    check_framework_threads(plan, {"intra_op": 1, "inter_op": 1})
-    with pytest.raises(ThreadPlanError, match="intra_op 2 != planned 1"):
-        check_framework_threads(plan, {"intra_op": 2, "inter_op": 1})
+    check_framework_threads(plan, {"intra_op": 2, "inter_op": 1})
+    with pytest.raises(ThreadPlanError, match="intra_op 1 != planned 2"):
+        check_framework_threads(plan, {"intra_op": 1, "inter_op": 1})
 
 
 def test_stage_busy_time_is_the_union_of_its_intervals_not_their_sum():
@@ -97,16 +99,18 @@ def test_cpu_stat_reads_both_cgroup_versions(tmp_path, text, throttled_s):
 
 def test_telemetry_is_the_difference_of_two_snapshots():
     before = {"cpu_stat": {"nr_periods": 5, "nr_throttled": 1, "throttled_s": 0.5},
-              "proc_stat": [100, 0, 50, 800, 0, 0, 0, 50, 0, 0], "voluntary_ctx": 10, "involuntary_ctx": 2,
+              "proc_stat": [100, 0, 50, 800, 0, 0, 0, 50, 0, 0], "process_cpu_s": 1.0, "voluntary_ctx": 10, "involuntary_ctx": 2,
               "max_rss_kib": 1024}
     after = {"cpu_stat": {"nr_periods": 15, "nr_throttled": 6, "throttled_s": 1.5},
-             "proc_stat": [160, 0, 70, 880, 0, 0, 0, 90, 7, 0], "voluntary_ctx": 30, "involuntary_ctx": 5,
+             "proc_stat": [160, 0, 70, 880, 0, 0, 0, 90, 7, 0], "process_cpu_s": 1.5, "voluntary_ctx": 30, "involuntary_ctx": 5,
              "max_rss_kib": 3072}
     found = observe.telemetry(before, after)
     assert (found["nr_periods"], found["nr_throttled"], found["throttled_s"]) == (10, 5, 1.0)
     assert found["steal_pct"] == pytest.approx(100 * 40 / 200)
     assert (found["voluntary_ctx"], found["involuntary_ctx"]) == (20, 3)
     assert found["max_rss_mib"] == 3.0  # the peak so far, not a difference
+    # busy = all but idle and iowait: 120 ticks, of which this process used 0.5 s
+    assert found["others_cpu_s"] == pytest.approx(120 / os.sysconf("SC_CLK_TCK") - 0.5)
     live = observe.telemetry(observe.counters(), observe.counters())
     assert live["voluntary_ctx"] >= 0
 

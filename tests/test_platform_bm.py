@@ -238,3 +238,43 @@ def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_
     for directory in dlvirt_cgroups():
         if directory.name.startswith(f"dlvirt-{job.pid}-"):
             cgroups.Cgroup(dirs=[directory]).remove()
+
+
+# Σ phase CPU of a repetition may exceed cores x E2E by this much: the clocks are read at the
+# window's edges by a thread that may wait a scheduler tick to run, and the thread sampler's own
+# reads of /proc fall inside the window.
+CPU_TOLERANCE = 0.05
+# A sample may catch one thread more than the granted cores runnable at a hand-off (a pool worker
+# woken while the thread that woke it has not yet blocked): this share of a launch's samples at most.
+RUNNABLE_OVER_SHARE = 0.15
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["mlperf", "dlbs"])
+def test_phase_cpu_fits_the_timed_window_and_a_model_only_run_uses_every_core(ic_dataset, tmp_path, tool):
+    """BM/1/PIN and BM/N/PIN, N = 2 where there are 2 cores, 16 images in batches of 8: in every
+    repetition Σ phase CPU <= cores x E2E (+ CPU_TOLERANCE), i.e. the CPU is read over the timed
+    window; the granted plan has no more runnable threads than cores (sampled from /proc) but at
+    hand-offs; and model-only (dlbs) on every core of the host keeps them busy: >= 0.8 x cores x
+    E2E, less what other processes of a shared machine took meanwhile (``others_cpu_s``)."""
+    settings = {**IC_SETTINGS, "batch_size": 8, "dataset": {"path": None, "count": 16, "seed": 0},
+                "loadgen": {**IC_SETTINGS["loadgen"], "min_query_count": 16}}
+    ImageClassification.prepare_dataset(tmp_path / "ic16", settings)
+    dlbs = {"exp.num_warmup_batches": 1, "exp.num_batches": 2, "exp.phase": "inference", "exp.replica_batch": None,
+            "path": None}
+    for cores in sorted({1, min(2, len(CPUS))}):
+        job = spec(tmp_path / "ic16", cores, "PIN", tool=tool, repetitions=2, warmup_repetitions=1, batch_size=8,
+                   app_settings=settings, loadgen=settings["loadgen"], dlbs=dlbs if tool == "dlbs" else None)
+        result = run_job(job, tmp_path / f"{cores}.json", tmp_path / f"lg-{cores}")
+        over = samples = 0
+        for run in result.warmups + result.runs:
+            cpu = sum(run.phases[key] for key in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s"))
+            assert cpu <= cores * run.e2e_s * (1 + CPU_TOLERANCE), (cores, run.repetition, cpu, run.e2e_s)
+            assert run.threads["framework"]["intra_op"] == cores
+            counts = run.telemetry["runnable_counts"]
+            over, samples = over + sum(counts[cores + 1:]), samples + sum(counts)
+        assert over <= RUNNABLE_OVER_SHARE * samples, (cores, [r.telemetry["runnable_counts"] for r in result.runs])
+        if tool == "dlbs" and cores == len(CPUS) > 1:
+            for run in result.runs:
+                free = cores * run.e2e_s - run.telemetry["others_cpu_s"]
+                assert run.phases["infer_cpu_s"] >= 0.8 * free, (run.phases, run.e2e_s, run.telemetry)

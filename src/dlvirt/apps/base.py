@@ -28,12 +28,14 @@ class ThreadPlan:
     """Threads the harness and the app's framework use.
 
     ``granted``: sized from what the platform really grants (affinity, CFS quota), so that the
-    harness's compute threads that can run at once never exceed the granted cores: either the
-    cores are *split* (one pre-processing worker beside N-1 intra-op threads, post-processing
-    inline after inference) or the stages *alternate* (N pre workers, then N intra-op threads,
-    then post-processing; one stage at a time). ``framework-default``: dlvirt sets no framework
-    thread count at all (``None``) and sizes its pre-processing pool as Python's default does, the
-    model of a plain application.
+    harness's compute threads that can run at once never exceed the granted cores. By default the
+    stages *alternate*, each on every granted core (N pre-processing workers, then N intra-op
+    threads, then post-processing inline; the idle stage's threads wait blocked): a model-only run
+    and an app with little pre-processing get the model on all N cores. Asked for
+    (``pipeline: overlapped``), the cores are *split*: one pre-processing worker beside N-1
+    intra-op threads. ``framework-default``: dlvirt sets no framework thread count at all
+    (``None``) and sizes its pre-processing pool as Python's default does, the model of a plain
+    application.
     """
 
     policy: str              # "granted" or "framework-default"
@@ -43,7 +45,7 @@ class ThreadPlan:
     pre_workers: int         # pre-processing worker threads
     overlap: bool = True     # pre-processing runs ahead, beside inference (else the stages alternate)
     post_thread: bool = False  # post-processing on its own thread (else inline after each inference)
-    sharing: str = "split"   # how the granted cores are shared: split, alternate, or unmanaged
+    sharing: str = "split"   # how the granted cores are shared: alternate, split, or unmanaged
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

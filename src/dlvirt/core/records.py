@@ -156,7 +156,7 @@ class JobSpec(Record):
     allow_emulation: bool
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
     replicate: int = 1                  # the launch's round in the study's interleaved order
-    pipeline: str | None = None     # harness.pipeline: overlapped | sequential (None: overlapped)
+    pipeline: str | None = None     # harness.pipeline: overlapped | sequential (None: the plan's choice)
     # steady-state warm-up (run.repetitions.is_warmup): at most this many warm-ups, until two
     # consecutive repetitions agree within the tolerance (None: exactly warmup_repetitions)
     warmup_max: int | None = None

@@ -146,16 +146,19 @@ def results(params: dict[str, Any], times_ms: np.ndarray) -> dict[str, Any]:
 
 # -- one repetition ----------------------------------------------------------------------------
 
-def _time_ours(app: App, params: dict[str, Any]) -> np.ndarray:
+def _time_ours(app: App, params: dict[str, Any]) -> tuple[np.ndarray, float]:
+    """The timed batches' times (ms) and the process's CPU seconds over them (building the batch
+    and the warm-up batches left out, as they are of the time)."""
     batch = app.synthetic_batch(params["exp.replica_batch"])
     for _ in range(params["exp.num_warmup_batches"]):
         app.infer(batch)
     times = np.zeros(params["exp.num_batches"])
+    cpu_start = time.process_time()
     for i in range(params["exp.num_batches"]):
         start = time.perf_counter()
         app.infer(batch)
         times[i] = time.perf_counter() - start
-    return 1000.0 * times
+    return 1000.0 * times, time.process_time() - cpu_start
 
 
 def experimenter_command(checkout: Path, params: dict[str, Any], log_file: Path) -> list[str]:
@@ -194,9 +197,9 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     title = str(app.model_provenance()["model"]) if dlbs_model is None else dlbs_model
     params = experiment(job, app.framework, dlbs_model or model_id(title))
     started = datetime.now(UTC)
-    cpu_start = time.process_time()
+    infer_cpu_s: float | None = None  # the experimenter runs in another process: its CPU is not ours to read
     if dlbs_model is None:
-        times_ms = _time_ours(app, params)
+        times_ms, infer_cpu_s = _time_ours(app, params)
         backend = "dlvirt"
         params["exp.model_title"] = title
         log_file.write_text(format_log({**params, **results(params, times_ms),
@@ -211,10 +214,9 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     summary = results(params, times_ms)
     return Repetition.measured(
         repetition=rep, e2e_s=infer_s,  # model-only: the timed batches, nothing else
-        # model-only: no pre- or post-processing ran; CPU over all its batches (warm-up ones included);
-        # the experimenter runs in another process: its CPU is not ours to read
+        # model-only: no pre- or post-processing ran; the CPU of the timed batches only
         phases={"infer_s": infer_s, "pre_cpu_s": 0.0, "post_cpu_s": 0.0, "stall_s": 0.0,
-                "infer_cpu_s": time.process_time() - cpu_start if dlbs_model is None else None},
+                "infer_cpu_s": infer_cpu_s},
         samples=samples, batches=len(times_ms), observed=observed,
         threads=app.threads.to_dict(),  # the harness adds what the framework reports
         quality={}, started=started, finished=finished,

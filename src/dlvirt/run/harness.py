@@ -58,24 +58,27 @@ def granted_cores(observed: dict[str, Any]) -> int:
     return cores
 
 
-def plan_threads(policy: str, observed: dict[str, Any], pipeline: str = "overlapped") -> ThreadPlan:
-    """The thread plan of ``policy`` ("naive" is the older name of framework-default)."""
+def plan_threads(policy: str, observed: dict[str, Any], pipeline: str | None = None) -> ThreadPlan:
+    """The thread plan of ``policy`` ("naive" is the older name of framework-default) and
+    ``pipeline`` (None: the plan's own choice: ``granted`` alternates the stages on all granted
+    cores, ``framework-default`` overlaps them as a plain application would)."""
     if policy == "naive":
         policy = "framework-default"
-    if policy not in POLICIES or pipeline not in PIPELINES:
+    if policy not in POLICIES or (pipeline is not None and pipeline not in PIPELINES):
         raise ValueError(f"harness.threads {policy!r} / harness.pipeline {pipeline!r}: expected one of "
-                         f"{POLICIES} / {PIPELINES}")
+                         f"{POLICIES} / {PIPELINES} (or null)")
     cores = granted_cores(observed)
-    overlap = pipeline == "overlapped"
     if policy == "framework-default":
+        overlap = pipeline != "sequential"
         # ThreadPoolExecutor's own default size, as a plain application's pool would be
         workers = min(32, (os.cpu_count() or 1) + 4)
         return ThreadPlan(policy=policy, cores=cores, intra_op=None, inter_op=None, pre_workers=workers,
                           overlap=overlap, post_thread=overlap, sharing="unmanaged")
-    if overlap and cores >= 2:
+    if pipeline == "overlapped" and cores >= 2:
         return ThreadPlan(policy=policy, cores=cores, intra_op=cores - 1, inter_op=1, pre_workers=1,
                           overlap=True, post_thread=False, sharing="split")
-    # one core cannot be split: the stages take turns on all granted cores
+    # the default (and one core, which cannot be split): the stages take turns, each on every
+    # granted core; a pre-processing worker with nothing to do waits blocked, costing nothing
     return ThreadPlan(policy=policy, cores=cores, intra_op=cores, inter_op=1, pre_workers=cores,
                       overlap=False, post_thread=False, sharing="alternate")
 
@@ -137,7 +140,10 @@ class OfflinePipeline:
         self.infer = StageClock()
         self.post = StageClock()
         self.stall_s = 0.0
-        self.process_cpu_s = 0.0
+        # the process's CPU clock at the query's issue and at the last completion: the CPU of the
+        # timed window (E2E), whichever threads spent it
+        self.issued_cpu: float | None = None
+        self.completed_cpu: float | None = None
         self.samples = 0
         self.batches = 0
         self.issued_at: float | None = None
@@ -148,7 +154,7 @@ class OfflinePipeline:
 
     # LoadGen callbacks ---------------------------------------------------------------------------
     def issue_queries(self, query_samples: list[Any]) -> None:
-        self.issued_at = time.perf_counter()
+        self.issued_cpu, self.issued_at = time.process_time(), time.perf_counter()
         samples = [(q.id, q.index) for q in query_samples]
         self.thread = threading.Thread(target=self._run, args=(samples,), name="dlvirt-pipeline")
         self.thread.start()
@@ -169,7 +175,7 @@ class OfflinePipeline:
                      for i, b in zip(ids, buffers, strict=True)]
         self.lg.QuerySamplesComplete(responses)
         self.completed_ids.update(ids)
-        self.completed_at = time.perf_counter()
+        self.completed_cpu, self.completed_at = time.process_time(), time.perf_counter()
 
     def _postprocess(self, ids: list[int], indices: list[int], outputs: Any) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
@@ -195,7 +201,6 @@ class OfflinePipeline:
             posts.append(post_pool.submit(self._postprocess, ids, indices, outputs))
 
     def _run(self, samples: list[tuple[int, int]]) -> None:
-        cpu_start = time.process_time()
         try:
             workers = self.plan.pre_workers
             # overlapped: pre-processing runs this far ahead; sequential: one batch at a time
@@ -229,17 +234,16 @@ class OfflinePipeline:
             traceback.print_exc()
             remaining = [sid for sid, _ in samples if sid not in self.completed_ids]
             self._complete(remaining, [b""] * len(remaining))
-        finally:
-            self.process_cpu_s = time.process_time() - cpu_start
 
     def join(self) -> None:
         if self.thread is not None:
             self.thread.join()
 
     def phases(self) -> dict[str, float | None]:
+        window_cpu = (self.completed_cpu or 0.0) - (self.issued_cpu or 0.0)
         return {"pre_s": self.pre.busy_s(), "infer_s": self.infer.busy_s(), "post_s": self.post.busy_s(),
                 "pre_cpu_s": self.pre.cpu_s, "post_cpu_s": self.post.cpu_s,
-                "infer_cpu_s": max(0.0, self.process_cpu_s - self.pre.cpu_s - self.post.cpu_s),
+                "infer_cpu_s": max(0.0, window_cpu - self.pre.cpu_s - self.post.cpu_s),
                 "stall_s": self.stall_s}
 
 
@@ -341,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
-    plan = plan_threads(job.threads, observed, job.pipeline or "overlapped")
+    plan = plan_threads(job.threads, observed, job.pipeline)
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan)
     # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
     experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None

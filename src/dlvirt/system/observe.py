@@ -181,14 +181,16 @@ def counters() -> dict[str, Any]:
     """Cumulative counters a repetition's telemetry is the difference of (``telemetry``)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"cpu_stat": cgroups.cpu_stat(), "proc_stat": _proc_stat_cpu(),
-            "voluntary_ctx": usage.ru_nvcsw, "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss}
+            "process_cpu_s": usage.ru_utime + usage.ru_stime, "voluntary_ctx": usage.ru_nvcsw,
+            "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss}
 
 
 def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSampler | None = None) -> dict[str, Any]:
     """What the kernel did to this process between two ``counters()``: CFS throttling of the cgroup
     that limits it, steal time (non-zero only in a guest whose host took time from its vCPUs),
-    context switches, the process's peak resident memory, and, from ``sampler``, the CPUs its
-    threads ran on."""
+    the CPU-seconds the rest of the machine (this kernel's other processes) used meanwhile
+    (``others_cpu_s``: a shared machine says so), context switches, the process's peak resident
+    memory, and, from ``sampler``, the CPUs its threads ran on."""
     found: dict[str, Any] = {"voluntary_ctx": after["voluntary_ctx"] - before["voluntary_ctx"],
                              "involuntary_ctx": after["involuntary_ctx"] - before["involuntary_ctx"],
                              # the process's peak resident memory so far (what study.memory must hold)
@@ -202,6 +204,9 @@ def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSamp
     # /proc/stat's guest columns (9, 10) are already inside user/nice: leave them out of the total
     total = sum(ticks[:8])
     found["steal_pct"] = 100.0 * ticks[7] / total if len(ticks) > 7 and total > 0 else None
+    if len(ticks) > 4 and "process_cpu_s" in before:
+        busy_s = (total - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+        found["others_cpu_s"] = max(0.0, busy_s - (after["process_cpu_s"] - before["process_cpu_s"]))
     if sampler is not None:
         found.update(sampler.summary())
     return found
@@ -209,13 +214,18 @@ def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSamp
 
 class ThreadSampler:
     """Samples this process's threads every ``interval_s`` while running: the CPUs they ran on, the
-    peak of threads and the peak of runnable ones (state R, the sampler itself not counted), and
-    how many threads used CPU between their first and last sample (``busy_threads``)."""
+    peak of threads and the peak of runnable ones (state R, the sampler itself not counted), how
+    many samples found k threads runnable (``runnable_counts[k]``: what a thread plan's "no more
+    runnable compute threads than granted cores" is checked against; existing threads that wait
+    blocked cost nothing) and in how many each thread name was runnable, and how many threads used
+    CPU between their first and last sample (``busy_threads``)."""
 
     def __init__(self, interval_s: float = 0.1) -> None:
         self.interval_s = interval_s
         self.cpus: set[int] = set()
         self.runnable_peak = 0
+        self.runnable_counts: list[int] = []
+        self.runnable_names: collections.Counter[str] = collections.Counter()
         self.threads_peak = 0
         self.samples = 0
         self.first_ticks: dict[int, int] = {}
@@ -234,12 +244,16 @@ class ThreadSampler:
             except OSError:  # the thread ended between listing and reading
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
-            runnable += fields[0] == "R"
+            if fields[0] == "R":
+                runnable += 1
+                self.runnable_names[stat[stat.index("(") + 1:stat.rindex(")")]] += 1
             self.cpus.add(int(fields[36]))  # field 39 of stat: the CPU it last ran on
             ticks = int(fields[11]) + int(fields[12])  # utime + stime
             self.first_ticks.setdefault(int(tid), ticks)
             self.last_ticks[int(tid)] = ticks
         self.runnable_peak = max(self.runnable_peak, runnable)
+        self.runnable_counts += [0] * (runnable + 1 - len(self.runnable_counts))
+        self.runnable_counts[runnable] += 1
         self.threads_peak = max(self.threads_peak, len(tasks))
         self.samples += 1
 
@@ -260,5 +274,7 @@ class ThreadSampler:
 
     def summary(self) -> dict[str, Any]:
         return {"cpus_ran_on": sorted(self.cpus), "threads_peak": self.threads_peak,
-                "runnable_peak": self.runnable_peak, "thread_samples": self.samples,
+                "runnable_peak": self.runnable_peak, "runnable_counts": list(self.runnable_counts),
+                "runnable_names": dict(self.runnable_names.most_common()),
+                "thread_samples": self.samples,
                 "busy_threads": sum(self.last_ticks[t] > first for t, first in self.first_ticks.items())}
