@@ -87,3 +87,34 @@ def test_the_same_signal_twice_cuts_a_held_step_short():
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert out.splitlines() == ["interrupted"]
+
+
+def test_a_job_started_after_snakemake_was_interrupted_is_stopped_too(tmp_path):
+    """dlvirt.run.interrupt in a stand-in Snakemake process: after SIGINT it starts a job runner
+    (as Snakemake does when the signal comes while it spawns one) and an ``engines`` step (as its
+    end handler does): the late runner gets SIGTERM within a sweep, the engines step is left."""
+    fake = tmp_path / "fake" / "dlvirt"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("import time\ntime.sleep(30)\n")
+    code = f"""
+import os, signal, subprocess, sys, time
+from dlvirt.run.interrupt import stop_jobs_on_interrupt
+stop_jobs_on_interrupt()
+try:
+    print('ready', flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:
+    pass
+env = {{**os.environ, "PYTHONPATH": {str(fake.parent)!r}}}
+job = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench"], env=env)
+step = subprocess.Popen([sys.executable, "-m", "dlvirt", "engines"], env=env)
+time.sleep(3)
+print(job.poll(), step.poll(), flush=True)
+step.kill()
+job.kill()
+"""
+    proc = _start(code)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out.split() == [str(-signal.SIGTERM), "None"], out
