@@ -35,9 +35,10 @@ def test_estimate_of_the_paper_matrix_from_this_hosts_runs(tmp_path, monkeypatch
     assert main(["plan", "--estimate", "config/paper.yaml", "--config", "host_check=false", "--runs", str(runs)]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[2]: line for line in out.splitlines() if line.startswith("mlperf ic ")}
-    # the paper's IC workload is 1000 samples: 0.04 s per sample measured at 2 cores, 1 warm-up + 1000 reps
+    # the paper's IC workload is 1000 samples: 0.04 s per sample measured at 2 cores; 5 launches of
+    # 1 warm-up (the config's minimum: these records ran none) + 2 repetitions, each launch + 2 s model load
     assert "from BM/2/PIN/CPU, scaled by cores" in lines["BM/4/PIN/CPU"]
-    assert lines["BM/2/PIN/CPU"].split()[3:5] == ["11.22", "h"]        # (1001 x 40.33 s + 2 s) / 3600
+    assert lines["BM/2/PIN/CPU"].split()[3:5] == ["0.17", "h"]         # 5 x (3 x 40.33 s + 2 s) / 3600
     # another platform from bare metal, saying so; a GPU never from a CPU
     assert "from BM/2/PIN/CPU, scaled by cores; CN's own overhead not counted" in lines["CN/2/VNL/CPU"]
     assert "nothing comparable measured" in lines["BM/2/PIN/GPU"]
@@ -72,3 +73,65 @@ def test_plan_records_its_projection_and_a_launch_its_measured_machine_time(tmp_
     took = sum((datetime.fromisoformat(r.finished_utc) - datetime.fromisoformat(r.started_utc)).total_seconds()
                for r in [*launch.warmups, *launch.runs])
     assert launch_machine_s(launch) == pytest.approx(2.0 + took)  # model load 2 s, no boot
+
+
+def test_design_sizing_from_known_components():
+    """Kalibera & Jones's optimum and the projected half-widths and power, against hand computation."""
+    import math
+
+    from scipy import stats as sps
+
+    from dlvirt.plan.design import Inputs, launches_needed, optimal_repetitions, project, recommended_repetitions
+
+    given = Inputs(within=0.07 ** 2, between=0.086 ** 2, launch_s=15.0, repetition_s=3.0, basis="given")
+    assert optimal_repetitions(given) == pytest.approx(math.sqrt(15 / 3 * 0.0049 / 0.007396))  # 1.82
+    assert recommended_repetitions(given, 10) == 2
+    assert recommended_repetitions(Inputs(0.0049, 0.0, 15.0, 3.0, ""), 4) == 4  # launches alike: repetitions buy all
+    # 24 scenarios x 3 launches, rounds as blocks: df 72 - 24 - 2 = 46
+    case = project(given, 3, 2, 24)
+    se = math.sqrt(2 * (0.007396 + 0.0049 / 2) / 3)
+    assert case.df == 46 and case.se == pytest.approx(se)
+    assert case.half_width == pytest.approx(math.expm1(sps.t.ppf(0.95, 46) * se))         # ±14.6 %
+    assert case.power[0.2] == pytest.approx(sps.nct.sf(sps.t.ppf(0.95, 46), 46, math.log(1.2) / se))
+    claim = project(given, 3, 2, 24, cases=4)
+    assert claim.se == pytest.approx(se / 2) and claim.half_width < 0.075 < 0.12 < case.half_width  # ±7.04 %
+    assert claim.power[0.1] > case.power[0.1]
+    # the fewest launches for a target: the next one reaches it, the one before does not
+    need = launches_needed(given, 2, 24, 0.12)
+    assert need == 5
+    assert project(given, need, 2, 24).half_width <= 0.12 < project(given, need - 1, 2, 24).half_width
+
+
+def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatch, capsys):
+    import math
+
+    from dlvirt.core.variance import of_launches
+    from dlvirt.plan.design import claim_parts, from_records
+    from dlvirt.plan.estimate import read_records
+
+    launches = {"BM/1/PIN/CPU": [[4.0, 4.2], [4.4, 4.3], [3.9, 4.0]], "BM/1/VNL/CPU": [[5.0, 5.1], [5.3, 5.6], [5.0, 4.8]]}
+    for scenario, values in launches.items():
+        for i, e2e in enumerate(values):
+            record(tmp_path / "runs" / f"{scenario.replace('/', '-')}-{i}.json", scenario, e2e, samples=32)
+    records = read_records(tmp_path / "runs")
+    found = from_records(records)
+    a, b = (of_launches(v) for v in launches.values())
+    assert found.within == pytest.approx((a.within * 3 + b.within * 3) / 6)
+    assert found.launch_s == pytest.approx(2.0)  # model load 2 s, no boot, no warm-ups in these records
+    assert found.repetition_s == pytest.approx(
+        sum((datetime.fromisoformat(r.finished_utc) - datetime.fromisoformat(r.started_utc)).total_seconds()
+            for x in records for r in x.runs) / 12)
+    assert math.isfinite(found.between) and found.between >= 0
+    # the claims' contrasts among planned scenarios: one PIN/VNL pair on BM, a scale-up line
+    plan = [("ic", Scenario.parse(s)) for s in ("BM/1/PIN/CPU", "BM/1/VNL/CPU", "BM/2/VNL/CPU", "CN/1/VNL/CPU")]
+    parts = {claims.split(",")[0]: p for claims, _, p in claim_parts(plan)}
+    assert parts["pinning"] == {"BM": 1} and parts["cn_overhead_chr"] == {"CN": 1}
+    assert parts["gpu_speedup"] == {} and parts["scale_up_limit"] == {"BM": 1}
+    # the command: records as given, or the components given; no records and nothing given is an error
+    monkeypatch.chdir(REPO)
+    assert main(["plan", "--design", "--runs", str(tmp_path / "none"), "--within-cv", "0.07", "--between-cv", "0.086",
+                 "--launch-s", "15", "--repetition-s", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "n* = sqrt(c_launch / c_rep · σ²_w / σ²_b) = 1.82 → 2" in out and "per-case comparison" in out
+    assert main(["plan", "--design", "--runs", str(tmp_path / "none")]) != 0
+    assert "give --within-cv" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -213,17 +214,46 @@ def _estimate_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+def _design_inputs(args: argparse.Namespace, records: list[Any]) -> Any:
+    """The variance components and costs from the run records, each replaced where given."""
+    import dataclasses
+
+    from dlvirt.plan import design
+
+    given = {"within": args.within_cv, "between": args.between_cv, "launch_s": args.launch_s,
+             "repetition_s": args.repetition_s}
+    found = design.from_records(records, "mlperf") or design.from_records(records)
+    if found is None and None in given.values():
+        raise UsageError("plan --design: no run records with two launches of a scenario under "
+                         f"{args.runs}: give --within-cv, --between-cv, --launch-s and --repetition-s")
+    if found is None:
+        found = design.Inputs(0.0, 0.0, 0.0, 0.0, "given")
+    replaced = {k: (v * v if k in ("within", "between") else v) for k, v in given.items() if v is not None}
+    basis = found.basis + (f"; given: {', '.join(sorted(replaced))}" if replaced and found.basis != "given" else "")
+    return dataclasses.replace(found, **replaced, basis=basis)
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from dlvirt.plan.estimate import estimate, read_records, report
+    from dlvirt.plan import design
+    from dlvirt.plan.estimate import adaptive_count, estimate, read_records, report
     from dlvirt.plan.planner import expand
     from dlvirt.system.hostinfo import capabilities
 
-    if not args.estimate:  # results/plan.json is the workflow's own plan (rule study_plan)
-        raise UsageError("plan: --estimate [FILE ...] is needed (the workflow writes results/plan.json itself)")
+    if not (args.estimate or args.design):  # results/plan.json is the workflow's own plan (rule study_plan)
+        raise UsageError("plan: --estimate or --design [FILE ...] is needed (the workflow writes results/plan.json "
+                         "itself)")
     config = _estimate_config(args)
     plan = expand(config, capabilities() if config["host_check"] else None)
     records = read_records(Path(args.runs))
-    print(report(config, estimate(config, plan, records), len(records)))
+    if args.estimate:
+        print(report(config, estimate(config, plan, records), len(records)))
+    if args.design:
+        inputs = _design_inputs(args, records)
+        setting = config["study"]["repetitions"]
+        n = setting if isinstance(setting, int) else adaptive_count(setting, math.sqrt(inputs.within))
+        tool = "mlperf" if "mlperf" in config["study"]["tools"] else config["study"]["tools"][0]
+        scenarios = sorted({(j.app, j.scenario) for j in plan.jobs if j.tool == tool}, key=lambda p: (p[0], p[1].name))
+        print(design.report(inputs, config, scenarios, n, args.target_case, args.target_claim, args.margin))
     return 0
 
 
@@ -390,6 +420,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--default-config", default="config/config.yaml")
     p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
     p.add_argument("--runs", default="results/runs", help="the run records to measure from")
+    p.add_argument("--design", action="store_true",
+                   help="print the design sizing (Kalibera & Jones): variance components, optimal repetitions per "
+                        "launch, each claim's projected half-width and power, and the launches the targets need")
+    p.add_argument("--within-cv", type=float, help="--design: the within-launch SD (log scale) instead of the records'")
+    p.add_argument("--between-cv", type=float, help="--design: the between-launch SD (log scale) instead")
+    p.add_argument("--launch-s", type=float, help="--design: the cost of a launch in seconds instead")
+    p.add_argument("--repetition-s", type=float, help="--design: the cost of a repetition in seconds instead")
+    p.add_argument("--target-case", type=float, default=0.12, help="--design: per-case 90 %% half-width to reach")
+    p.add_argument("--target-claim", type=float, default=0.07, help="--design: claim-level 90 %% half-width to reach")
+    p.add_argument("--margin", type=float, default=0.05, help="--design: the equivalence margin")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("check-config", help="check config files as the workflow does, naming the file and line "
