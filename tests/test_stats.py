@@ -137,19 +137,16 @@ def test_adaptive_stopping_rule():
 
 
 def test_warm_up_runs_until_two_consecutive_repetitions_agree():
-    from dlvirt.run.repetitions import is_warmup, steady, warmup_problem
+    from dlvirt.run.repetitions import steady, unsteady, warmup_problem
 
-    # at least the minimum; no check without a maximum and tolerance (older specs): exactly the minimum
-    assert is_warmup([], 0, 9.0, 1, 3, 0.1) and not is_warmup([9.0], 0, 1.0, 1, None, None)
     cold = [0.518, 0.396, 0.394]  # measured: IC BM/1/PIN, no warm-up
-    assert is_warmup(cold[:1], 0, cold[1], 1, 3, 0.1)          # 31 % apart: still warming up
-    assert not is_warmup(cold[:2], 0, cold[2], 1, 3, 0.1)      # 0.5 % apart: steady, counts
-    assert steady(cold[:2], [cold[2]], 0.1) is True
-    # once counting has begun, a slow repetition counts (it is no warm-up)
-    assert not is_warmup(cold[:2], 1, 0.6, 1, 3, 0.1)
-    # never beyond the maximum: the launch counts on, recorded as not steady
-    assert not is_warmup([3.0, 2.0, 1.0], 0, 0.5, 1, 3, 0.1) and steady([3.0, 2.0, 1.0], [0.5], 0.1) is False
-    assert not is_warmup([], 0, 1.0, 0, 3, 0.1) and steady([], [1.0], 0.1) is None  # no warm-up asked
+    # after the fixed warm-ups, the first counted repetition is a warm-up too while it disagrees
+    # with the next (31 % apart), at most 3 warm-ups in all
+    assert unsteady(0, cold[:2], 3, 0.1) and not unsteady(1, cold[1:], 3, 0.1)   # 0.5 % apart: steady
+    assert steady(cold[1:], 0.1) is True and steady(cold[:2], 0.1) is False
+    assert not unsteady(3, cold[:2], 3, 0.1)                     # at the maximum: it counts, not steady
+    assert not unsteady(0, cold[:1], 3, 0.1) and not unsteady(0, cold, 3, 0.1)  # judged once, at two
+    assert not unsteady(0, cold[:2], None, None) and steady(cold, None) is None  # not checked (older specs)
     assert warmup_problem(1, 3, 2) is None and warmup_problem(1, 3, 4) == "4 warm-ups ran, 1 to 3 asked"
     assert warmup_problem(1, None, 1) is None
 

@@ -37,7 +37,7 @@ from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.codeversion import code_version
 from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run import dlbs
-from dlvirt.run.repetitions import is_warmup, precision, steady, stop_reason
+from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
 from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
 
@@ -355,13 +355,14 @@ def main(argv: list[str] | None = None) -> int:
         app.load_model()
     load_s = time.perf_counter() - load_start
     # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
-    # never counted in the statistics: at least warmup_repetitions, then until two consecutive
-    # repetitions agree within warmup_tolerance (at most warmup_max; run.repetitions.is_warmup).
+    # never counted in the statistics: warmup_repetitions, then until the first two counted ones agree
+    # within warmup_tolerance (else the first is a warm-up too; at most warmup_max: run.repetitions).
     warmups: list[Repetition] = []
     runs: list[Repetition] = []
     estimate_qps: float | None = None
     rep, stopped = 0, None
     while stopped is None:
+        warming = rep < job.warmup_repetitions
         before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
@@ -370,8 +371,6 @@ def main(argv: list[str] | None = None) -> int:
         telemetry = observe.telemetry(before, observe.counters(), threads)
         # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
         used = None if sampler is None else gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
-        warming = is_warmup([r.e2e_s for r in warmups], len(runs), record.e2e_s, job.warmup_repetitions,
-                            job.warmup_max, job.warmup_tolerance)
         reported = {} if experimenter else app.framework_threads()
         if plan.policy == "granted" and not experimenter:
             check_framework_threads(plan, reported)
@@ -384,14 +383,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{record.samples} samples", flush=True)
         (warmups if warming else runs).append(record)
         rep += 1
+        if unsteady(len(warmups), [r.e2e_s for r in runs], job.warmup_max, job.warmup_tolerance):
+            print(f"[harness] rep {runs[0].repetition} and {runs[1].repetition} differ by more than "
+                  f"{job.warmup_tolerance:.0%}: rep {runs[0].repetition} was a warm-up", flush=True)
+            warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
         if not warming:
             stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
     HarnessOutput(
         app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
         repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
                      "rel_ci95": precision([r.e2e_s for r in runs]), "warmups": len(warmups),
-                     "steady": steady([r.e2e_s for r in warmups], [r.e2e_s for r in runs],
-                                     job.warmup_tolerance)},
+                     "steady": steady([r.e2e_s for r in runs], job.warmup_tolerance)},
         model_load_s=load_s, dataset=app.dataset_info,
         model=dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
         versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},

@@ -3,8 +3,9 @@ paper) or adaptive ``{min, max, rel_ci95}``: stop once the 95 % CI half-width of
 E2E is within ``rel_ci95`` of their mean (never before ``min``), or at ``max``. The interval is
 that of every counted repetition, as the summary counts them (outliers are flagged, not dropped:
 a slow repetition is part of what the platform costs). A cold start is the warm-up's business:
-``is_warmup`` keeps warming up until two consecutive repetitions agree within
-``study.warmup_tolerance`` (at least ``study.warmup_repetitions``, at most ``study.warmup_max``)."""
+after ``study.warmup_repetitions`` warm-ups, a first counted repetition that does not agree with the
+next within ``study.warmup_tolerance`` becomes a warm-up too (``unsteady``), at most
+``study.warmup_max`` in all."""
 
 from __future__ import annotations
 
@@ -39,34 +40,28 @@ def count_problem(setting: int | dict[str, Any], ran: int, reason: str | None) -
     return None if reason in (PRECISE, AT_MAX) else f"the harness gave no adaptive stop reason ({reason!r})"
 
 
-def agree(previous: float, value: float, tolerance: float) -> bool:
+def agree(first: float, second: float, tolerance: float) -> bool:
     """Do two consecutive repetitions' E2E agree within ``tolerance`` (relative to the faster)?"""
-    return abs(value - previous) <= tolerance * min(value, previous)
+    return abs(second - first) <= tolerance * min(first, second)
 
 
-def is_warmup(warmups: list[float], counted: int, value: float, minimum: int, maximum: int | None,
-              tolerance: float | None) -> bool:
-    """Is the repetition just run (E2E ``value``, after the warm-ups ``warmups`` and ``counted``
-    counted ones) a warm-up too? The first ``minimum`` are; after them one that does not agree with
-    the previous within ``tolerance`` is, until ``maximum`` warm-ups have run (None: no steady-state
-    check, ``minimum`` exactly). The repetition that agrees is the launch's first counted one, and
-    once counting has begun every repetition counts."""
-    n = len(warmups)
-    if counted:
+def unsteady(warmups: int, counted: list[float], maximum: int | None, tolerance: float | None) -> bool:
+    """Is the launch not yet in steady state, so that its first counted repetition is a warm-up
+    after all? So when its first two counted repetitions (E2E ``counted``) do not agree within
+    ``tolerance`` and fewer than ``maximum`` warm-ups (``warmups``) have run (None: no check).
+    The launch's first ``study.warmup_repetitions`` are warm-ups regardless; this makes warm-up last
+    until two consecutive repetitions agree, the first of them counted, at most ``maximum``."""
+    if maximum is None or tolerance is None or warmups >= maximum or len(counted) != 2:
         return False
-    if n < minimum:
-        return True
-    if maximum is None or tolerance is None or n == 0 or n >= maximum:
-        return False
-    return not agree(warmups[-1], value, tolerance)
+    return not agree(counted[0], counted[1], tolerance)
 
 
-def steady(warmups: list[float], counted: list[float], tolerance: float | None) -> bool | None:
-    """Did the launch reach steady state: its first counted repetition agreed with its last warm-up
-    (None: not checked, no warm-up or no counted repetition)?"""
-    if tolerance is None or not warmups or not counted:
+def steady(counted: list[float], tolerance: float | None) -> bool | None:
+    """Did the launch reach steady state: its first two counted repetitions agree (None: not checked,
+    fewer than two)? False: ``warmup_max`` warm-ups ran first."""
+    if tolerance is None or len(counted) < 2:
         return None
-    return agree(warmups[-1], counted[0], tolerance)
+    return agree(counted[0], counted[1], tolerance)
 
 
 def warmup_problem(minimum: int, maximum: int | None, ran: int) -> str | None:
