@@ -112,7 +112,7 @@ def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatc
     launches = {"BM/1/PIN/CPU": [[4.0, 4.2], [4.4, 4.3], [3.9, 4.0]], "BM/1/VNL/CPU": [[5.0, 5.1], [5.3, 5.6], [5.0, 4.8]]}
     for scenario, values in launches.items():
         for i, e2e in enumerate(values):
-            record(tmp_path / "runs" / f"{scenario.replace('/', '-')}-{i}.json", scenario, e2e, samples=32)
+            record(tmp_path / "runs" / "mlperf" / "ic" / scenario / f"{i + 1}.json", scenario, e2e, samples=32)
     records = read_records(tmp_path / "runs")
     found = from_records(records)
     a, b = (of_launches(v) for v in launches.values())
