@@ -172,7 +172,8 @@ def test_cleanup_of_the_workflow_trees_removes_only_dead_makers_things(tmp_path)
                       strangers[2]):
         directory.mkdir(parents=True)
     work_link.symlink_to(strangers[2])
-    for path in (temp_dead, temp_live, strangers[0]):
+    inside_live = build_live / f".x.{DEAD_TAG}.a1b2c3d4"  # a running build's tree is never walked
+    for path in (temp_dead, temp_live, strangers[0], inside_live):
         path.write_text("x")
     proc = build_dead / "rootfs" / "proc"
     subprocess.run(["mount", "-t", "tmpfs", "dlvirt-test", str(proc)], check=True)
@@ -185,7 +186,7 @@ def test_cleanup_of_the_workflow_trees_removes_only_dead_makers_things(tmp_path)
         f"removed stale temporary file {temp_dead}",
         f"left alone: {work_link} is named like a stale job work directory but is a symbolic link"])
     assert not build_dead.exists() and not fetch_dead.exists() and not temp_dead.exists()
-    assert build_live.is_dir() and temp_live.exists() and work_link.is_symlink()
+    assert build_live.is_dir() and temp_live.exists() and inside_live.exists() and work_link.is_symlink()
     assert all(p.exists() for p in strangers)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dlvirt.core.errors import UnsafePlace
-from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale, process_start_time
+from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale, maker, process_start_time
 from dlvirt.system import cgroups, engines, private
 
 PREFIX = "dlvirt-"
@@ -216,12 +216,16 @@ def remove_stale_work_dirs(roots: Iterable[Path]) -> Iterator[str]:
             continue
         for parent, dirs, files in os.walk(root):  # never follows a symbolic link
             for name in sorted(dirs):
+                tree = Path(parent) / name
+                if os.path.ismount(tree):  # a build's /proc, say: never walked
+                    dirs.remove(name)
+                    continue
                 for pattern, what in TREES.items():
-                    if is_stale(name, pattern):
+                    if maker(name, pattern) is not None:  # dlvirt's tree: never walked, stale or not
                         dirs.remove(name)
-                        tree = Path(parent) / name
-                        yield (_remove_tree(tree, what) if stat.S_ISDIR(os.lstat(tree).st_mode)
-                               else f"left alone: {tree} is named like a stale {what} but is a symbolic link")
+                        if is_stale(name, pattern):
+                            yield (_remove_tree(tree, what) if stat.S_ISDIR(os.lstat(tree).st_mode)
+                                   else f"left alone: {tree} is named like a stale {what} but is a symbolic link")
                         break
             for name in sorted(files):
                 if is_stale(name, TEMP_FILE):
