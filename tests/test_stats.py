@@ -1,5 +1,6 @@
 import dataclasses
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,7 @@ def test_empty_is_an_error():
 
 
 RECORDED = JobResult.read(FIXTURES / "mlperf-ic-BM-1-VNL-CPU.json")
+NODE = {"cpu_model": "Fixture CPU", "logical_cpus_online": 2, "sockets": 1, "arch": "x86_64"}
 
 
 def run(e2e, pre=0.5):
@@ -76,7 +78,9 @@ def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
     # the outlier is flagged and listed, and counts in every column
     assert row["outliers"] == 1 and row["outlier_reps"] == "round 1: rep 60"
     assert row["reps"] == 61 and row["replicates"] == 1
-    assert row["ci_unit"] == "repetition" and row["ci_n"] == 61
+    # one launch: its within-launch spread is kept, but its repetitions are not units of an interval
+    assert row["ci_n"] == 1 and math.isnan(row["ci95_s"])
+    assert row["std_s"] == pytest.approx(statistics.stdev([1.0] * 30 + [1.1] * 30 + [50.0]))
     assert row["mean_s"] == pytest.approx(113 / 61) and row["infer_s"] == pytest.approx(113 / 61)
     assert row["pre_s"] == pytest.approx((60 * 0.5 + 40.0) / 61)
     assert row["median_s"] == pytest.approx(1.1) and row["round_medians_s"] == "1.1"
@@ -86,10 +90,15 @@ def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
 def test_replicates_are_the_unit_of_the_interval():
     from dlvirt.analysis.aggregate import summarise_launches
 
-    launches = [launch([run(v), run(v + 0.01), run(v - 0.01)]) for v in (1.0, 1.2, 1.1)]
+    launches = [dataclasses.replace(launch([run(v), run(v + 0.01), run(v - 0.01)], boot_s=b), replicate=i + 1,
+                                    node={"hostname": f"n{i % 2}", **NODE})
+                for i, (v, b) in enumerate(((1.0, 5.0), (1.2, 6.0), (1.1, 5.5)))]
     row = summarise_launches(launches)
     assert row["replicates"] == 3 and row["reps"] == 9 and row["min_reps"] == 3
-    assert row["ci_unit"] == "replicate" and row["ci_n"] == 3
+    assert row["ci_n"] == 3
+    # what the study's model needs of each launch: its mean, round, node and boot time
+    assert row["round_means_s"] == "1;1.2;1.1" and row["launch_rounds"] == "1;2;3"
+    assert row["launch_nodes"] == "n0;n1;n0" and row["launch_boot_s"] == "5;6;5.5"
     assert row["mean_s"] == pytest.approx(1.1)
     assert row["std_s"] == pytest.approx(0.1) and row["outlier_reps"] == ""
     # the variance components (log scale, times the mean), not the SD of the launch means

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dlvirt.analysis.model import model_columns
 from dlvirt.analysis.stats import Estimate, estimate, trend
 from dlvirt.core import codeversion, variance
 from dlvirt.core.atomic import write_text_atomic
@@ -33,9 +34,9 @@ from dlvirt.system.hostinfo import hardware_label
 KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
 COLUMNS = KEY_COLUMNS + [
     "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "outlier_reps", "mean_s", "ci95_s", "ci_n",
-    "ci_unit", "std_s", "within_sd_s", "between_sd_s", "round_means_s", "round_medians_s", "drift_p", "median_s",
-    "iqr_s", "invalid", "pre_s", "infer_s", "post_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s",
-    "throttled_pct", "throttled_s", "steal_pct",
+    "std_s", "within_sd_s", "between_sd_s", "round_means_s", "round_medians_s", "launch_rounds", "launch_nodes",
+    "launch_boot_s", "drift_p", "median_s", "iqr_s", "invalid", "pre_s", "infer_s", "post_s", "pre_cpu_s",
+    "infer_cpu_s", "post_cpu_s", "stall_s", "throttled_pct", "throttled_s", "steal_pct",
     "ctx_switches", "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
     "pipeline", "dataset_source", "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct",
     "gpu_mem_mib", "sockets", "numa_nodes", "memory_mib", "max_rss_mib", "code_version", "host_virtualization",
@@ -96,27 +97,28 @@ def mean_of(values: list[Any]) -> float:
 def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False) -> dict[str, Any]:
     """One summary row from the launches (replicates) of one tool × app × scenario × site × VMM.
 
-    The statistical unit is the launch: with two or more, ``mean_s`` and ``ci95_s`` are the mean and
-    95 % Student-t half-width of the launch means (n = replicates), so the interval covers what
-    differs between launches (boot, placement, machine drift), not only the noise within one. With
-    one launch they fall back to its repetitions (``ci_unit`` says which). INVALID repetitions are
-    left out of every column (a launch left with none counts no more); outliers are flagged, not
-    dropped. ``within_sd_s`` and ``between_sd_s`` are the variance components (``core.variance``,
-    log scale, times the mean: the SD in seconds), ``between_sd_s`` without the within-launch noise
-    the launch means carry."""
+    The statistical unit is the launch: ``mean_s`` and ``ci95_s`` are the mean and 95 % Student-t
+    half-width of the launch means (n = ``ci_n`` launches), so the interval covers what differs
+    between launches (boot, placement, machine drift), not only the noise within one. One launch
+    has no such interval (NaN): its repetitions share its placement, page cache and boot and are
+    never taken as independent units; ``std_s`` then keeps its within-launch spread. Each launch's
+    mean, round, node and boot time are kept (``round_means_s``, ``launch_rounds``,
+    ``launch_nodes``, ``launch_boot_s``) for the study's model (``dlvirt.analysis.model``).
+    INVALID repetitions are left out of every column (a launch left with none counts no more);
+    outliers are flagged, not dropped. ``within_sd_s`` and ``between_sd_s`` are the variance
+    components (``core.variance``, log scale, times the mean: the SD in seconds), ``between_sd_s``
+    without the within-launch noise the launch means carry."""
     results = sorted(results, key=lambda r: r.replicate)
     first = results[0]
     code = code_column(results, allow_mixed_code)
-    launches = [(result.replicate, valid) for result in results if (valid := valid_runs(result))]
+    counted = [(result, valid) for result in results if (valid := valid_runs(result))]
+    launches = [(result.replicate, valid) for result, valid in counted]
     per_launch = [valid for _, valid in launches]
     runs = [r for valid in per_launch for r in valid]
     e2e = [r.e2e_s for r in runs]
     launch_means = [float(np.mean([r.e2e_s for r in valid])) for valid in per_launch]
     components = variance.of_launches([[r.e2e_s for r in valid] for valid in per_launch])
-    if len(per_launch) >= 2:
-        est, unit = estimate(launch_means), "replicate"
-    else:
-        est, unit = (estimate(e2e) if e2e else NO_ESTIMATE), "repetition"
+    est = estimate(launch_means) if launch_means else NO_ESTIMATE
     pooled = estimate(e2e) if e2e else NO_ESTIMATE
     scenario = first.scenario
 
@@ -156,13 +158,18 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "mean_s": est.mean,
         "ci95_s": est.ci95,
         "ci_n": est.n,
-        "ci_unit": unit,
-        "std_s": est.std,
+        # the spread between launches; with one launch, the spread within it (never an interval)
+        "std_s": est.std if len(per_launch) >= 2 else pooled.std,
         "within_sd_s": est.mean * components.within_sd,
         "between_sd_s": est.mean * components.between_sd,
         # drift over the study: the launch means (and medians) in round order, and the p-value of their trend
         "round_means_s": ";".join(f"{m:.6g}" for m in launch_means),
         "round_medians_s": ";".join(f"{float(np.median([r.e2e_s for r in valid])):.6g}" for valid in per_launch),
+        # what the study's model needs of each launch beside its mean: its round, node and boot time
+        "launch_rounds": ";".join(str(result.replicate) for result, _ in counted),
+        "launch_nodes": ";".join(str((result.node or {}).get("hostname", "")) for result, _ in counted),
+        "launch_boot_s": ";".join(f"{result.platform['boot_s']:.6g}" for result, _ in counted
+                                  if result.platform.get("boot_s") is not None),
         "drift_p": trend(launch_means)[1],
         "median_s": pooled.median,
         "iqr_s": pooled.iqr,
@@ -252,4 +259,5 @@ def concat_summaries(paths: list[Path], output: Path) -> None:
     frames = [pd.read_csv(p) for p in paths]
     frames = [f for f in frames if not f.empty]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
-    write_text_atomic(output, frame.to_csv(index=False))
+    # every row's interval from the study's model too, beside its own launch-only one
+    write_text_atomic(output, model_columns(frame).to_csv(index=False))

@@ -1,0 +1,121 @@
+"""Machine-checked verdicts on the paper's findings, decided by stated tests on the study's model.
+
+The pieces: ``dlvirt.analysis.model`` (one model of the log launch means over all launches, every
+comparison a contrast of it), ``study`` (which rows are evidence, the fitted models), ``verdicts``
+(the hypotheses a part states, Holm over parts, the verdict words) and one module per claim family.
+Verdicts: ``holds`` / ``does not hold`` / ``inconclusive`` (the data cannot decide: the evidence
+states the smallest effect it could have detected, or only rows too weak to be evidence exist) /
+``not testable here`` (with why: what this host or config did not measure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlvirt.analysis.catalog import FIGURES
+from dlvirt.analysis.claims.gpu import gpu_speeds_nlp_not_ic_rs
+from dlvirt.analysis.claims.mvm import mvm_like_vm_but_nlp_and_boots_faster
+from dlvirt.analysis.claims.overhead import (
+    cn_cheapest_at_chr1,
+    cn_overhead_grows_as_chr_falls,
+    overhead_grows_without_idle_cores,
+)
+from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
+from dlvirt.analysis.claims.scaleup import SCALE_UP_FROM, scale_up_stops_paying
+from dlvirt.analysis.claims.study import Study
+from dlvirt.analysis.claims.verdicts import (
+    DEFAULT_MARGIN,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    UNTESTABLE,
+    Verdict,
+)
+from dlvirt.core.atomic import read_json, write_text_atomic
+
+__all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "UNTESTABLE", "evaluate", "write_claims"]
+
+COLUMNS = ["id", "claim", "source", "verdict", "evidence", "test", "figures"]
+MODEL = ("contrast of the launch-level model log(launch mean) ~ scenario + round (+ node), residual variance "
+         "pooled per site, tool and hardware; 90 % interval of the ratio")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    text: str
+    source: str
+    test: str  # {margin} and {model} are filled in
+    check: Callable[[Study], Verdict]
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("pinning", "Pinning lowers E2E time on each platform", "§V-B; Figs. 4a, 6, 7a, 8a",
+          "per platform, one part: the average PIN/VNL {model} over app, cores (below the host's) and processor; "
+          "yes: below 1 (one-sided t-test against 0); no: any gain below {margin} (TOST bound); Holm over the "
+          "platforms; holds if yes on every platform measured", pinning_lowers_e2e),
+    Claim("cn_overhead_chr", "Vanilla CN overhead over BM grows as the container-to-host core ratio (CHR) falls",
+          "§V-A", "the average over apps and processors of (CN/BM at the lowest CHR) / (CN/BM at the highest), "
+          "vanilla, {model}; yes: above 1 (one-sided t-test against 0); no: growth below {margin} (TOST bound)",
+          cn_overhead_grows_as_chr_falls),
+    Claim("scale_up_limit", "Scale-up stops paying beyond a level", "§V-D; Figs. 4b, 6, 7a",
+          f"the average over app × platform × CPU mode × processor lines of the last step's last/previous time "
+          f"ratio, on steps from {SCALE_UP_FROM} cores on only, {{model}}; yes: the gain is below {{margin}} "
+          "(one-sided test against −{margin}); no: it is above (the other one-sided test)", scale_up_stops_paying),
+    Claim("gpu_speedup", "A GPU speeds NLP up by more than 3×, but IC and RS much less", "§IV-C, §IV-D; Figs. 7b, 8b",
+          "per app, the average CPU/GPU time ratio over platforms, cores and CPU modes, {model}: above 3× for NLP, "
+          "below 3× for IC and RS (one-sided t-tests against 3×, Holm over the apps)", gpu_speeds_nlp_not_ic_rs),
+    Claim("mvm_like_vm", "MVM performs like VM except for I/O-heavy NLP, and MVM boots faster", "§V-G; Fig. 10",
+          "per VMM, vanilla CPU, same cores, {model}: MVM/VM per app (averaged over cores) within ±{margin} for IC, SR "
+          "and RS (TOST; no: beyond it); above 1 for NLP; boot time (per launch, same app and cores) lower; Holm "
+          "over the parts", 
+          mvm_like_vm_but_nlp_and_boots_faster),
+    Claim("no_idle_cores", "Without idle host cores the virtualisation overhead grows", "§V-C; Fig. 9",
+          "IC on CPU: the average over CN, VM, VMCN and CPU modes of (P/BM at instance = host cores) / (P/BM at the "
+          "largest smaller level), {model}; yes: above 1 (one-sided t-test against 0); no: growth below {margin}",
+          overhead_grows_without_idle_cores),
+    Claim("cn_cheapest_chr1", "CN is the cheapest virtualised platform at CHR = 1", "§V-H; Fig. 11",
+          "vanilla, at instance = host cores (main host) or an edge host's largest level: per other virtualised "
+          "platform, CN/other averaged over apps and hosts, {model}; yes: below 1; no: any gain below {margin}; "
+          "Holm over the platforms", cn_cheapest_at_chr1),
+)
+
+
+def decide(claim: Claim, study: Study, lenient: Study) -> Verdict:
+    """The claim on the evidence rows; if those cannot test it but the rows set aside could, the
+    data exist and are too weak: inconclusive, saying why."""
+    verdict = claim.check(study)
+    if verdict.verdict != UNTESTABLE or not study.weak_reasons:
+        return verdict
+    weak = claim.check(lenient)
+    if weak.verdict == UNTESTABLE:
+        return verdict
+    return Verdict(INCONCLUSIVE, f"only rows that are not evidence ({', '.join(study.weak_reasons)}) "
+                                 f"could test it, so it is not decided; what they show: {weak.evidence}")
+
+
+def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Any],
+             margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
+    study = Study(summary, host_cores, gaps, margin)
+    lenient = Study(summary, host_cores, gaps, margin, weak_as_evidence=True)
+    rows = []
+    for claim in CLAIMS:
+        verdict = decide(claim, study, lenient)
+        figures = " ".join(f.id for f in FIGURES if claim.id in f.claims)
+        rows.append({"id": claim.id, "claim": claim.text, "source": claim.source, "verdict": verdict.verdict,
+                     "evidence": verdict.evidence, "test": claim.test.format(margin=f"{margin:.0%}", model=MODEL),
+                     "figures": figures})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None) -> pd.DataFrame:
+    frame = pd.read_csv(summary) if Path(summary).stat().st_size else pd.DataFrame()
+    cores = int(read_json(host)["capabilities"]["cores"])
+    table = evaluate(frame, cores, read_json(plan)["left_out"], DEFAULT_MARGIN if margin is None else margin)
+    write_text_atomic(output, table.to_csv(index=False))
+    return table

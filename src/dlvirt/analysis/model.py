@@ -1,0 +1,245 @@
+"""The study's model: one linear model of the log launch means, and every comparison a contrast of it.
+
+The unit is the launch (one job: one start, one placement, one page cache, one boot): the
+repetitions inside a launch share all of that and are never counted as independent. Each launch
+contributes its mean over its kept repetitions, and over all launches of a group
+
+    log(launch mean) = scenario + round [+ node] + error
+
+is fitted by ordinary least squares (statsmodels): the scenario (one summary row) is a cell, the
+round of the study's interleaved order is a block (the machine's drift between rounds), and where
+the launches ran on several nodes of one kind of hardware the node is a block too. Round and node
+are sum-coded, so a cell's coefficient is its log mean averaged over the blocks. The residual
+variance is pooled over the group (``GROUP``: the launches of one site, tool and kind of hardware,
+emulated rows apart); whether it is alike on every platform is checked (Brown–Forsythe) and said.
+
+A comparison is a linear contrast of the cells (``Model.contrast``): on the log scale, so a ratio
+``exp(c)`` with the asymmetric interval ``exp(c ± t · se)`` at the model's residual degrees of
+freedom. Contrasts of two independent models (two groups) are combined with Welch–Satterthwaite
+degrees of freedom (``combine``). A cell of one launch has no replication of its own: the claims do
+not take it as evidence (``dlvirt.analysis.claims``), though it is fitted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+LAUNCH_MEANS = "round_means_s"  # a summary row's launch means, in the order of launch_rounds
+LAUNCH_ROUNDS = "launch_rounds"  # the round (replicate) of each launch
+LAUNCH_NODES = "launch_nodes"  # the node (host name) each launch ran on
+LAUNCH_BOOTS = "launch_boot_s"  # each launch's platform boot time (platforms that boot)
+GROUP = ["site", "tool", "hardware", "emulated"]  # the rows whose launches share one residual variance
+DECISION_LEVEL = 0.90  # two one-sided tests at 5 % each
+HOMOGENEITY_ALPHA = 0.05
+
+
+def split(cell: object) -> list[str]:
+    """The items of a ``;``-joined summary cell ("" or NaN: none)."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return []
+    return [part for part in str(cell).split(";") if part != ""]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A contrast on the log scale: its estimate, standard error and degrees of freedom."""
+
+    log: float
+    se: float
+    df: float
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log)
+
+    @property
+    def testable(self) -> bool:
+        """A finite, positive standard error on at least one degree of freedom: a zero spread is
+        never certainty, and no spread at all is no test."""
+        return math.isfinite(self.log) and math.isfinite(self.se) and self.se > 0 and self.df > 0
+
+    def t(self, level: float = DECISION_LEVEL) -> float:
+        return float(sps.t.ppf(0.5 + level / 2, self.df))
+
+    def bounds(self, level: float = DECISION_LEVEL) -> tuple[float, float]:
+        """The ratio's two-sided ``level`` interval, ``exp(log ± t · se)`` (NaN if not testable)."""
+        if not self.testable:
+            return math.nan, math.nan
+        half = self.t(level) * self.se
+        return math.exp(self.log - half), math.exp(self.log + half)
+
+    def half_width(self, level: float = DECISION_LEVEL) -> float:
+        """The interval's half-width as a relative effect, ``exp(t · se) − 1``: the smallest effect
+        the comparison could have detected."""
+        return math.expm1(self.t(level) * self.se) if self.testable else math.nan
+
+    def p_below(self, bound: float) -> float:
+        """One-sided p-value of H0: log ≥ bound (against H1: log < bound)."""
+        return float(sps.t.cdf((self.log - bound) / self.se, self.df)) if self.testable else math.nan
+
+    def p_above(self, bound: float) -> float:
+        """One-sided p-value of H0: log ≤ bound (against H1: log > bound)."""
+        return float(sps.t.sf((self.log - bound) / self.se, self.df)) if self.testable else math.nan
+
+    def relative(self) -> str:
+        """``+4.1% [90 % CI −1.0%, +9.5%; df 23]``: the ratio − 1 with its asymmetric interval."""
+        if not self.testable:
+            why = "zero spread" if self.se == 0 else "no interval"
+            return f"{self.ratio - 1:+.1%} [{why}]"
+        low, high = self.bounds()
+        return f"{self.ratio - 1:+.1%} [90 % CI {low - 1:+.1%}, {high - 1:+.1%}; df {self.df:.3g}]"
+
+    def times(self) -> str:
+        """``3.52× [90 % CI 3.1×, 4.0×; df 23]``."""
+        if not self.testable:
+            return f"{self.ratio:.3g}× [no interval]"
+        low, high = self.bounds()
+        return f"{self.ratio:.3g}× [90 % CI {low:.3g}×, {high:.3g}×; df {self.df:.3g}]"
+
+
+NO_CONTRAST = Contrast(math.nan, math.nan, math.nan)
+
+
+def combine(parts: list[tuple[float, Contrast]]) -> Contrast:
+    """``Σ wᵢ · cᵢ`` of contrasts from independent models, with Welch–Satterthwaite degrees of freedom."""
+    if not parts or not all(c.testable for _, c in parts):
+        return NO_CONTRAST
+    variances = [(w * c.se) ** 2 for w, c in parts]
+    total = sum(variances)
+    df = total ** 2 / sum(v * v / c.df for v, (_, c) in zip(variances, parts, strict=True))
+    return Contrast(sum(w * c.log for w, c in parts), math.sqrt(total), df)
+
+
+def launches(rows: pd.DataFrame, column: str = LAUNCH_MEANS) -> pd.DataFrame:
+    """One line per launch of ``rows``: its row (the index label), log value, round and node.
+    Rows without launch values (older summaries) contribute none."""
+    out = []
+    for label, row in rows.iterrows():
+        values = [float(v) for v in split(row.get(column))]
+        rounds = split(row.get(LAUNCH_ROUNDS)) or [str(i + 1) for i in range(len(values))]
+        nodes = split(row.get(LAUNCH_NODES)) or [""] * len(values)
+        if len(rounds) != len(values):  # e.g. boot times recorded by some launches only
+            rounds = [str(i + 1) for i in range(len(values))]
+        if len(nodes) != len(values):
+            nodes = [""] * len(values)
+        for value, round_, node in zip(values, rounds, nodes, strict=True):
+            if value > 0 and math.isfinite(value):
+                out.append({"row": label, "y": math.log(value), "round": round_, "node": node})
+    return pd.DataFrame(out, columns=["row", "y", "round", "node"])
+
+
+def _sum_coded(levels: pd.Series) -> pd.DataFrame:
+    """Sum-to-zero coding of a block (k − 1 columns; none for a single level)."""
+    names = sorted(set(levels))
+    if len(names) < 2:
+        return pd.DataFrame(index=levels.index)
+    out = {}
+    for name in names[:-1]:
+        out[f"{levels.name}[{name}]"] = (levels == name).astype(float) - (levels == names[-1]).astype(float)
+    return pd.DataFrame(out, index=levels.index)
+
+
+class Model:
+    """``log(launch mean) ~ 0 + cell + round [+ node]`` over ``data`` (``launches``' output)."""
+
+    def __init__(self, data: pd.DataFrame) -> None:
+        self.data = data.reset_index(drop=True)
+        self.cells: list[Hashable] = list(dict.fromkeys(self.data["row"]))
+        cells = pd.DataFrame({f"cell[{i}]": (self.data["row"] == c).astype(float)
+                              for i, c in enumerate(self.cells)}, index=self.data.index)
+        blocks = [_sum_coded(self.data["round"].rename("round"))]
+        if self.data["node"].nunique() > 1:
+            blocks.append(_sum_coded(self.data["node"].rename("node")))
+        self.x = pd.concat([cells, *blocks], axis=1).to_numpy(dtype=float)
+        y = self.data["y"].to_numpy(dtype=float)
+        # the projection onto the design's row space: a contrast is estimable if it is left unchanged
+        self.row_space = np.linalg.pinv(self.x) @ self.x if len(y) else np.zeros((0, 0))
+        rank = int(round(float(np.trace(self.row_space)))) if len(y) else 0
+        self.df = float(len(y) - rank)
+        self.fit = None
+        if len(y) and self.df > 0:
+            import statsmodels.api as sm
+
+            self.fit = sm.OLS(y, self.x).fit()
+            self.params, self.cov = np.asarray(self.fit.params), np.asarray(self.fit.cov_params())
+        self.nodes = sorted(set(self.data["node"]) - {""})
+
+    @property
+    def residual_sd(self) -> float:
+        return math.sqrt(float(self.fit.scale)) if self.fit is not None else math.nan
+
+    def launches_of(self, cell: Hashable) -> int:
+        return int((self.data["row"] == cell).sum())
+
+    def contrast(self, weights: Mapping[Hashable, float]) -> Contrast:
+        """``Σ w · cell`` (log scale), NaN where not estimable or a cell is not in the model."""
+        if self.fit is None or any(c not in self.cells for c in weights):
+            return NO_CONTRAST
+        vector = np.zeros(self.x.shape[1])
+        for cell, weight in weights.items():
+            vector[self.cells.index(cell)] += weight
+        # estimable: the vector lies in the row space of the design
+        if not np.allclose(vector @ self.row_space, vector, atol=1e-8):
+            return NO_CONTRAST
+        # what statsmodels' fit.t_test(vector) computes (tests/test_model.py checks), without its overhead
+        return Contrast(float(vector @ self.params), math.sqrt(max(float(vector @ self.cov @ vector), 0.0)),
+                        float(self.fit.df_resid))
+
+    def cell(self, cell: Hashable) -> Contrast:
+        return self.contrast({cell: 1.0})
+
+    def homogeneity(self, by: Mapping[Hashable, str]) -> tuple[float, list[str]] | None:
+        """Brown–Forsythe test (scipy's Levene with the median) of the residuals grouped by
+        ``by[cell]`` (e.g. the platform), on the groups with three or more residuals; None when
+        fewer than two such groups exist."""
+        if self.fit is None:
+            return None
+        residuals = pd.Series(self.fit.resid, index=self.data.index)
+        # a cell of one launch has a zero residual by construction: it says nothing of the spread
+        replicated = self.data["row"].map(self.data["row"].value_counts()) > 1
+        groups = residuals[replicated].groupby(self.data.loc[replicated, "row"].map(by))
+        kept = {name: g.to_numpy() for name, g in groups if len(g) >= 3}
+        if len(kept) < 2:
+            return None
+        return float(sps.levene(*kept.values(), center="median").pvalue), sorted(kept)
+
+
+def group_keys(rows: pd.DataFrame) -> pd.Series:
+    """Each row's pooling group (``GROUP``'s columns that ``rows`` have)."""
+    present = [c for c in GROUP if c in rows]
+    if not present or rows.empty:
+        return pd.Series("all", index=rows.index)
+    return rows[present].astype(str).agg(" | ".join, axis=1)
+
+
+def fit_groups(rows: pd.DataFrame, column: str = LAUNCH_MEANS) -> dict[str, Model]:
+    """One model per pooling group of ``rows``."""
+    keys = group_keys(rows)
+    return {str(key): Model(launches(rows[keys == key], column)) for key in keys.unique()}
+
+
+def model_columns(frame: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """``frame`` (a summary) with each row's interval from its group's model beside its own:
+    ``model_mean_s`` (the exp of its cell, a geometric mean adjusted for the rounds), its
+    ``level`` interval ``model_low_s`` / ``model_high_s``, and ``model_df``."""
+    if frame.empty or LAUNCH_MEANS not in frame:
+        return frame
+    rows = frame.assign(emulated=frame["accel"].astype(str).eq("tcg") if "accel" in frame else False)
+    keys = group_keys(rows)
+    out = frame.copy()
+    for column in ("model_mean_s", "model_low_s", "model_high_s", "model_df"):
+        out[column] = math.nan
+    for key in keys.unique():
+        model = Model(launches(rows[keys == key]))
+        for label in model.cells:
+            c = model.cell(label)
+            low, high = c.bounds(level)
+            out.loc[label, ["model_mean_s", "model_low_s", "model_high_s", "model_df"]] = [
+                math.exp(c.log) if math.isfinite(c.log) else math.nan, low, high, c.df]
+    return out
