@@ -143,3 +143,17 @@ def test_e2e_vs_cores_marks_the_first_level_spanning_two_sockets(tmp_path):
     plain = figures.e2e_vs_cores_figure(SUMMARIES / "full.csv", tool="mlperf", app="ic", title="t", plan=plan_of("full"))
     assert "span >1 socket" not in texts(plain)
     matplotlib.pyplot.close("all")
+
+
+def test_normalised_intervals_carry_the_baselines_uncertainty():
+    import pandas as pd
+
+    from dlvirt.analysis.rows import normalised
+
+    frame = pd.DataFrame({"app": ["ic", "ic"], "platform": ["BM", "VM"], "mean_s": [10.0, 20.0],
+                         "ci95_s": [0.3, 0.8]})
+    norm, reference = normalised(frame, "app", "BM")
+    assert reference == {"ic": "BM"}
+    assert norm["norm"].tolist() == pytest.approx([1.0, 2.0])
+    # BM keeps its own 3 %; VM: 2 × sqrt(4 %² + 3 %²) = 2 × 5 %
+    assert norm["norm_ci"].tolist() == pytest.approx([0.03, 0.10])

@@ -112,14 +112,22 @@ def host_virtualization(facts: dict[str, Any]) -> str | None:
 
 def normalised(rows: pd.DataFrame, by: str, baseline: str) -> tuple[pd.DataFrame, dict[str, str]]:
     """Mean and CI divided per ``by`` group by the ``baseline`` platform's mean (bare metal; the
-    group's fastest when it is absent); also the reference used per group."""
+    group's fastest when it is absent); also the reference used per group. A row's normalised CI
+    carries the reference's uncertainty too (delta method for the ratio of two independent means:
+    relative half-widths added in quadrature); the reference row itself keeps its own."""
     out = []
     reference = {}
     for key, group in rows.groupby(by, sort=False):
         bm = group[group["platform"] == baseline]
-        base = float(bm["mean_s"].iloc[0]) if not bm.empty else float(group["mean_s"].min())
+        ref = bm.index[0] if not bm.empty else group["mean_s"].idxmin()
+        base = float(group.loc[ref, "mean_s"])
+        base_rel = float(group.loc[ref, "ci95_s"]) / base
         reference[str(key)] = baseline if not bm.empty else "fastest"
-        out.append(group.assign(norm=group["mean_s"] / base, norm_ci=group["ci95_s"] / base))
+        norm = group["mean_s"] / base
+        own = group["ci95_s"] / group["mean_s"]
+        rel = (own ** 2 + base_rel ** 2) ** 0.5
+        rel[group.index == ref] = own[group.index == ref]
+        out.append(group.assign(norm=norm, norm_ci=norm * rel))
     return (pd.concat(out) if out else rows.assign(norm=[], norm_ci=[])), reference
 
 

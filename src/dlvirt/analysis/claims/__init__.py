@@ -28,14 +28,7 @@ from dlvirt.analysis.claims.overhead import (
 from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.scaleup import SCALE_UP_FROM, scale_up_stops_paying
 from dlvirt.analysis.claims.study import Study
-from dlvirt.analysis.claims.verdicts import (
-    DEFAULT_MARGIN,
-    FAILS,
-    HOLDS,
-    INCONCLUSIVE,
-    UNTESTABLE,
-    Verdict,
-)
+from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, Verdict
 from dlvirt.core.atomic import read_json, write_text_atomic
 
 __all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "UNTESTABLE", "evaluate", "write_claims"]
@@ -73,7 +66,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("mvm_like_vm", "MVM performs like VM except for I/O-heavy NLP, and MVM boots faster", "§V-G; Fig. 10",
           "per VMM, vanilla CPU, same cores, {model}: MVM/VM per app (averaged over cores) within ±{margin} for IC, SR "
           "and RS (TOST; no: beyond it); above 1 for NLP; boot time (per launch, same app and cores) lower; Holm "
-          "over the parts", 
+          "over the parts",
           mvm_like_vm_but_nlp_and_boots_faster),
     Claim("no_idle_cores", "Without idle host cores the virtualisation overhead grows", "§V-C; Fig. 9",
           "IC on CPU: the average over CN, VM, VMCN and CPU modes of (P/BM at instance = host cores) / (P/BM at the "

@@ -21,6 +21,6 @@ def gpu_speeds_nlp_not_ic_rs(study: Study) -> Verdict:
         cases = [f"{j['platform']}/{j['cores']}/{j['pinning']} {study.difference(a, b).times()}" for a, b, j in found]
         hypothesis = (above if app == "nlp" else below)(
             f"GPU speed-up {'above' if app == 'nlp' else 'below'} {GPU_NLP_SPEEDUP:g}×", GPU_NLP_SPEEDUP)
-        parts.append(Part(f"{app.upper()} CPU/GPU over {len(found)} pair(s)", study.average((a, b) for a, b, _ in found),
-                          hypothesis, cases, Contrast.times))
+        parts.append(Part(f"{app.upper()} CPU/GPU over {len(found)} pair(s)",
+                          study.average((a, b) for a, b, _ in found), hypothesis, cases, Contrast.times))
     return decide(parts, missing, study.notes)

@@ -33,7 +33,7 @@ def cn_overhead_grows_as_chr_falls(study: Study) -> Verdict:
     found = pairs(vanilla, "platform", "CN", "BM", ["app", "cores", "processor"])
     total: Weights = {}
     cases = []
-    lines = {}
+    lines: dict[tuple[str, str], list[tuple[int, Hashable, Hashable]]] = {}
     for a, b, j in found:
         lines.setdefault((j["app"], j["processor"]), []).append((int(j["cores"]), a, b))
     tested = [(key, sorted(levels)) for key, levels in lines.items() if len({c for c, _, _ in levels}) >= 2]

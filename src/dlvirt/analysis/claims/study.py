@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
 from dlvirt.analysis.model import (
     HOMOGENEITY_ALPHA,
     LAUNCH_BOOTS,
@@ -32,7 +33,6 @@ from dlvirt.analysis.model import (
     split,
 )
 from dlvirt.analysis.rows import emulated, verified_gpu_rows, with_site
-from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.plan.leftout import reasons
 
@@ -125,10 +125,6 @@ class Study:
             weights[a] = weights.get(a, 0.0) + sign / len(pairs)
             weights[b] = weights.get(b, 0.0) - sign / len(pairs)
         return self.contrast(weights, boot) if pairs else Contrast(math.nan, math.nan, math.nan)
-
-    def label(self, row: Hashable) -> str:
-        r = self.usable.loc[row]
-        return f"{str(r['app']).upper()} {r['platform']}/{r['cores']}/{r['pinning']}/{r['processor']}"
 
     def mvm_platforms(self) -> list[str]:
         return sorted(p for p in set(self.e2e["platform"]) if p.startswith("MVM"))

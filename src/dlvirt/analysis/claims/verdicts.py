@@ -23,7 +23,7 @@ contrast has no spread (a zero standard error) or no degrees of freedom decides 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dlvirt.analysis.model import Contrast
@@ -139,9 +139,8 @@ def _part_text(part: Part, yes: bool, no: bool, p_yes: float, p_no: float, holm_
     return f"{head} → {outcome}{cases}"
 
 
-def decide(parts: list[Part], missing: list[str] = (), notes: list[str] = ()) -> Verdict:  # type: ignore[assignment]
+def decide(parts: list[Part], missing: Sequence[str] = (), notes: Sequence[str] = ()) -> Verdict:
     """The claim's verdict from its tested parts (Holm on both sides) and the parts it could not test."""
-    missing, notes = list(missing), list(notes)
     if not parts:
         return untestable(missing or ["nothing to test"])
     p_yes = holm([p.hypothesis.p_yes(p.contrast) for p in parts])
@@ -157,5 +156,5 @@ def decide(parts: list[Part], missing: list[str] = (), notes: list[str] = ()) ->
         verdict = FAILS
     else:
         verdict = UNTESTABLE if missing else INCONCLUSIVE
-    evidence = "; ".join(texts + [f"untested: {m}" for m in missing] + notes)
+    evidence = "; ".join([*texts, *(f"untested: {m}" for m in missing), *notes])
     return Verdict(verdict, evidence)
