@@ -5,7 +5,7 @@ For each config given, its design (``study.replicates`` launches per scenario, `
 counted repetitions per launch; an adaptive count is taken at its minimum) is simulated with the
 README's variance components (within a launch 7 %, between launches 8.6 %, round drift 3 %; log
 scale) on the pinning claim's matrix (BM and CN × IC and NLP × {VNL, PIN}), through the real
-summary, model and claim code (``dlvirt.analysis.simulate``). Prints a Markdown table: the share
+summary, model and claim code (``dlvirt.analysis.claims.simulate``). Prints a Markdown table: the share
 of studies whose verdict is wrong at no gain and at a gain as large as the margin, the power at
 10 % and 20 % gains, and the median 90 % half-widths of one comparison and of a claim part.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS
-from dlvirt.analysis.simulate import Design, per_case_half_width, rates
+from dlvirt.analysis.claims.simulate import Design, per_case_half_width, rates
 from dlvirt.core.records import JobResult
 
 REPO = Path(__file__).resolve().parent.parent

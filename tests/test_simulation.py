@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN, FAILS, HOLDS
-from dlvirt.analysis.simulate import Design, rates
+from dlvirt.analysis.claims.simulate import Design, rates
 from dlvirt.core.records import JobResult
 
 TEMPLATE = JobResult.read(Path(__file__).parent / "fixtures" / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
