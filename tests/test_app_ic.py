@@ -8,7 +8,7 @@ import pytest
 from conftest import smoke_config, snakemake, write_config
 from PIL import Image
 
-from dlvirt.apps.base import ThreadPlan
+from dlvirt.apps.base import ThreadPlan, verified_weights
 from dlvirt.apps.ic import CHANNEL_MEANS, IMAGE_SIZE, ImageClassification, preprocess_image, read_val_map
 from dlvirt.run import dlbs
 
@@ -126,6 +126,25 @@ def test_pytorch_weights_come_from_a_state_dict(jpegs, tmp_path):
     torch.save({"fc.weight": torch.zeros(1000, 2048)}, path)
     with pytest.raises(Exception, match=r"apps.ic.weights.path .*not a ResNet50 state dict"):
         ic_app(jpegs, "pytorch", weights={"path": str(path), "sha256": None}).load_model()
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "pytorch"])
+def test_the_weights_resource_is_the_seeded_initialisation_in_the_frameworks_format(jpegs, tmp_path, framework):
+    settings = {"seed": 2, "dataset": {"path": None, "count": 3, "seed": 0}, "weights": {"path": None},
+                "framework": framework}
+    assert ImageClassification.weights_tag(settings) == f"{framework}-seed2"
+    path = tmp_path / ImageClassification.weights_file_name(settings)
+    assert path.name == {"tensorflow": "model.weights.h5", "pytorch": "model.pt"}[framework]
+    digest = ImageClassification.build_weights(settings, jpegs, path)
+    built = ic_app(jpegs, framework, seed=2)
+    built.load_model()
+    cached = ImageClassification(settings, jpegs, "CPU", ThreadPlan("granted", 1, 1, 1, 1),
+                                 initial_weights=verified_weights(path))
+    cached.load_model()
+    batch = built.synthetic_batch(1)
+    assert np.array_equal(built.infer(batch), cached.infer(batch))
+    provenance = cached.model_provenance()
+    assert provenance["weights"] == "random" and provenance["weights_sha256"] == digest
 
 
 def test_unknown_framework_is_refused_naming_the_key(jpegs):

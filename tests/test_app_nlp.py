@@ -11,7 +11,7 @@ from conftest import run_one_job
 
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.apps import squad
-from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
+from dlvirt.apps.base import AppError, ThreadPlan, sha256_file, verified_weights
 from dlvirt.apps.nlp import (
     ARCHITECTURES,
     QuestionAnswering,
@@ -190,6 +190,25 @@ def test_app_phases_and_model_output_shape(dataset):
     assert "NOT the MLPerf BERT-large" in provenance["note"]
     assert provenance["config"]["num_hidden_layers"] == ARCHITECTURES["bert-tiny"]["num_hidden_layers"]
     assert provenance["vocab"]["source"].startswith("trained")
+
+
+def test_the_weights_resource_holds_every_tensor_non_persistent_buffers_too(dataset, tmp_path):
+    settings = {"batch_size": 2, "seed": 1, "architecture": "bert-tiny", "vocab": {"path": None},
+                "dataset": {"path": None, "count": 40, "seed": 3}, "weights": {"path": None}}
+    assert QuestionAnswering.weights_tag(settings) == "bert-tiny-seed1"
+    path = tmp_path / QuestionAnswering.weights_file_name(settings)
+    QuestionAnswering.build_weights(settings, dataset, path)
+    built = QuestionAnswering(settings, dataset, "CPU", ThreadPlan("granted", 1, 1, 1, 1))
+    built.load_model()
+    cached = QuestionAnswering(settings, dataset, "CPU", ThreadPlan("granted", 1, 1, 1, 1),
+                               initial_weights=verified_weights(path))
+    cached.load_model()
+    # position_ids and token_type_ids are buffers BERT does not save in its state dict
+    assert not any(t.is_meta for t in [*cached.model.parameters(), *cached.model.buffers()])
+    batch = built.synthetic_batch(2)
+    for (_, s1, e1), (_, s2, e2) in zip(built.infer(batch), cached.infer(batch), strict=True):
+        assert np.array_equal(s1, s2) and np.array_equal(e1, e2)
+    assert cached.model_provenance()["weights"] == "random"
 
 
 def test_configured_vocab_is_checksummed(dataset, tmp_path):

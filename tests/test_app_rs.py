@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import run_one_job
 
-from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
+from dlvirt.apps.base import AppError, ThreadPlan, sha256_file, verified_weights
 from dlvirt.apps.rs import (
     DATA_FILE,
     KAGGLE_TABLE_ROWS,
@@ -23,6 +23,7 @@ from dlvirt.apps.rs import (
     roc_auc,
     table_rows,
 )
+from dlvirt.apps.torch_runtime import module_tensors
 
 THREADS = ThreadPlan(policy="granted", cores=1, intra_op=1, inter_op=1, pre_workers=1)
 DATASET = {"path": None, "count": 6, "seed": 5, "lines_per_sample": {"min": 3, "max": 9}}
@@ -155,6 +156,32 @@ def test_checked_weights_load_and_mismatched_tables_are_refused(dataset, tmp_pat
     assert app.model_provenance()["weights"] == "loaded"
     with pytest.raises(AppError, match="max_rows_per_table"):
         Recommendation({**settings, "max_rows_per_table": 500}, dataset, "CPU", THREADS).load_model()
+
+
+def test_the_weights_resource_is_the_seeded_initialisation_loaded_as_it_was_saved(dataset, tmp_path):
+    path = tmp_path / Recommendation.weights_tag(SETTINGS) / Recommendation.weights_file_name(SETTINGS)
+    digest = Recommendation.build_weights(SETTINGS, dataset, path)
+    assert path.parent.name == "rows1000-seed0" and path.name == "model.pt"
+    assert (tmp_path / "rows1000-seed0" / "model.pt.sha256").read_text().strip() == digest == sha256_file(path)
+    built = Recommendation(SETTINGS, dataset, "CPU", THREADS)
+    built.load_model()
+    cached = Recommendation(SETTINGS, dataset, "CPU", THREADS, initial_weights=verified_weights(path))
+    cached.load_model()
+    saved, loaded = module_tensors(built.model), module_tensors(cached.model)
+    assert saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)  # buffers too
+    batch = built.synthetic_batch(2)
+    assert [np.array_equal(a[0], b[0]) for a, b in zip(built.infer(batch), cached.infer(batch), strict=True)] == \
+        [True, True]
+    provenance = cached.model_provenance()
+    assert provenance["weights"] == "random" and provenance["weights_sha256"] == digest
+    assert provenance["weights_source"].startswith("seeded random initialisation, cached")
+    # another model's weights, or a changed file, are refused naming the file
+    other = {**SETTINGS, "max_rows_per_table": 2000}
+    with pytest.raises(AppError, match=r"weights resource .*model.pt: not this model's weights"):
+        Recommendation(other, dataset, "CPU", THREADS, initial_weights=verified_weights(path)).load_model()
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(AppError, match=r"model.pt: sha256 [0-9a-f]{64} != [0-9a-f]{64} in model.pt.sha256"):
+        verified_weights(path)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import run_one_job
-from dlvirt.apps.base import AppError, ThreadPlan, sha256_file
+from dlvirt.apps.base import AppError, ThreadPlan, sha256_file, verified_weights
 from dlvirt.apps.sr import SpeechRecognition
 from dlvirt.apps.sr.decoder import Decoded, emission_schedule, greedy_decode, transcript, word_errors
 from dlvirt.apps.sr.features import FEATURES, SAMPLE_RATE, LogMelFeatures, mel_filterbank, read_wav, write_wav
@@ -205,6 +205,24 @@ def test_checked_weights_load_and_switch_to_greedy(tmp_path, dataset, model):
     settings["weights"]["sha256"] = "0" * 64
     with pytest.raises(AppError, match="sha256"):
         SpeechRecognition(settings, dataset, "CPU", THREADS).load_model()
+
+
+def test_the_weights_resource_loads_into_working_lstms(tmp_path, dataset):
+    settings = {"dataset": {"count": 2}, "seed": 3, "weights": {"path": None}}
+    path = tmp_path / SpeechRecognition.weights_file_name(settings)
+    SpeechRecognition.build_weights(settings, dataset, path)
+    built = SpeechRecognition(settings, dataset, "CPU", THREADS)
+    built.load_model()
+    cached = SpeechRecognition(settings, dataset, "CPU", THREADS, initial_weights=verified_weights(path))
+    cached.load_model()
+    # the LSTMs run on the assigned tensors (their flat weight lists follow the assignment)
+    batch = built.synthetic_batch(1)
+    with torch.inference_mode():
+        frames = batch[0].features.unsqueeze(1)
+        lengths = torch.tensor([len(frames)])
+        assert torch.equal(built.model.encoder(frames, lengths)[0], cached.model.encoder(frames, lengths)[0])
+    assert [d.labels for d in built.infer(batch)] == [d.labels for d in cached.infer(batch)]
+    assert cached.model_provenance()["weights"] == "random" and cached.decoding == "scheduled"
 
 
 @pytest.mark.slow

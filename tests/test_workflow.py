@@ -57,6 +57,25 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
         assert all(r["threads"]["framework"].get("intra_op") for r in result["runs"]), path
         assert all(r["observed"]["memory_limit_bytes"] == 4096 << 20 for r in result["runs"]), path
 
+    # Cheap launches: one weights resource per app (both tools, every scenario load it), its checksum
+    # beside it; each launch records the one it loaded and splits its machine time, which the summary
+    # and the report show
+    checksums = {p.parent.parent.name: p.read_text().strip()
+                 for p in (workflow_dir / "resources" / "weights").rglob("*.sha256")}
+    assert sorted(checksums) == sorted(smoke_config()["study"]["apps"])
+    for path in (workflow_dir / "results" / "runs").rglob("*.json"):
+        result = json.loads(path.read_text())
+        assert result["model"]["weights"] == "random", path  # still random weights, and says so
+        assert result["model"]["weights_sha256"] == checksums[result["app"]], path
+        assert result["spec"]["weights_file"].startswith(f"resources/weights/{result['app']}/"), path
+        launch = result["launch_s"]
+        parts = [launch[k] for k in ("startup_s", "model_load_s", "warmup_s", "counted_s", "other_s")]
+        assert min(parts[:4]) > 0 and sum(parts) == pytest.approx(launch["total_s"], abs=1e-3), path
+        assert launch["model_load_s"] == pytest.approx(result["model_load_s"], abs=1e-3), path
+    assert summary.counted_share.between(0, 1).all() and (summary.launch_counted_s > 0).all()
+    report = (workflow_dir / "results" / "report.html").read_text()
+    assert "Where the launches' machine time went" in report and "% counted repetitions" in report
+
     # A second run has nothing to do.
     assert jobs_that_would_run(workflow_dir, "all", "--configfile", str(config)) == {}
 
@@ -67,6 +86,7 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     counts = jobs_that_would_run(workflow_dir, "all", "--configfile", str(config))
     assert counts.get("benchmark") == len(summary[summary.app == "ic"])  # every ic scenario (BM, CN)
     assert "dataset" not in counts and "host_facts" not in counts and "cn_image" not in counts
+    assert "weights" not in counts  # the batch size is not part of the initialisation
 
 
 def test_one_figure_builds_only_what_it_needs(workflow_dir):

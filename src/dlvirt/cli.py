@@ -92,6 +92,16 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_weights(args: argparse.Namespace) -> int:
+    from dlvirt.apps import app_class
+
+    output = Path(args.output)
+    digest = app_class(args.app).build_weights(_json_arg(args, "settings", ("dataset",)), Path(args.dataset_dir),
+                                               output)
+    print(f"{output}: sha256 {digest}")
+    return 0
+
+
 def _cmd_download(args: argparse.Namespace) -> int:
     from dlvirt.apps import app_class
 
@@ -337,6 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", required=True, help="the app's settings as JSON")
     p.add_argument("--output-dir", required=True)
     p.set_defaults(func=_cmd_dataset)
+
+    p = sub.add_parser("weights", help="build an app's seeded random initialisation once, in the framework's "
+                                       "own format, with its SHA-256 beside it (the launches load it)")
+    p.add_argument("--app", required=True)
+    p.add_argument("--settings", required=True, help="the app's settings as JSON")
+    p.add_argument("--dataset-dir", required=True)
+    p.add_argument("--output", required=True, help="the weights file; OUTPUT.sha256 is written beside it")
+    p.set_defaults(func=_cmd_weights)
 
     # the commands that download: the workflow reruns them after a failure (rule retries:), waiting first
     retry = argparse.ArgumentParser(add_help=False)

@@ -5,6 +5,7 @@
 rule benchmark:
     input:
         dataset="resources/datasets/{app}",
+        weights=weights_input,
         host="results/host.json",
         images=platform_images,
         previous_round=previous_round,

@@ -22,7 +22,7 @@ from dlvirt.core.atomic import write_json_atomic  # noqa: E402
 from dlvirt.core.kinds import CONTAINER_IMAGE  # noqa: E402
 from dlvirt.core.memory import parse_mib  # noqa: E402
 from dlvirt.platforms import KINDS as PLATFORM_KINDS, container_platform  # noqa: E402
-from dlvirt.run.dlbs import settings_for as dlbs_settings  # noqa: E402
+from dlvirt.run.dlbs import brings_own_model, settings_for as dlbs_settings  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
@@ -112,6 +112,9 @@ RUNS_DIR = "results/runs"
 RUN_FILE = f"{RUNS_DIR}/{{tool}}/{{app}}/{{platform}}/{{cores}}/{{pinning}}/{{processor}}/{{replicate}}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
+# The weights resource, built by the weights rule: an app's seeded random initialisation, per model settings
+# and seed (its weights_tag), in the framework's format (its weights_file_name), with .sha256 beside it.
+WEIGHTS_FILE = "resources/weights/{app}/{tag}/{weights_name}"
 
 # The container image: rule cn_image writes the marker once the engine has it; jobs of the container
 # platform (CN) run CN_IMAGE (its section's image, else dlvirt's own build, named by the hash of its
@@ -139,6 +142,8 @@ FIGURES = {
 wildcard_constraints:
     tool="|".join(TOOLS),
     app="|".join(APP_KINDS),
+    weights_name=r"model\.pt|model\.weights\.h5",
+    tag=r"[^/]+",
     platform="|".join(PLATFORM_KINDS),
     cores=r"\d+",
     pinning="VNL|PIN",
@@ -205,6 +210,31 @@ def job_spec(wildcards):
     return quoted_json(benchmark_spec(planned_job(wildcards)))
 
 
+def weights_file(job):
+    """The weights resource ``job`` loads; None where the config names weights (apps.<app>.weights.path,
+    loaded as configured) or a DLBS checkout's experimenter brings its own model."""
+    app = config["apps"][job.app]
+    if (app.get("weights") or {}).get("path"):
+        return None
+    if job.tool == "dlbs" and brings_own_model(dlbs_settings(config["dlbs"], job.app), job.app):
+        return None
+    cls = app_class(job.app)
+    return WEIGHTS_FILE.format(app=job.app, tag=cls.weights_tag(app), weights_name=cls.weights_file_name(app))
+
+
+def weights_input(wildcards):
+    """A benchmark job's weights resource, if it loads one."""
+    path = weights_file(planned_job(wildcards))
+    return [path] if path else []
+
+
+def weights_settings(wildcards):
+    """Only what the initialisation depends on (and the dataset it reads), so that other app
+    settings do not rebuild it."""
+    app = config["apps"][wildcards.app]
+    return quoted_json({"dataset": app["dataset"], **app_class(wildcards.app).weights_settings(app)})
+
+
 def benchmark_spec(job):
     """The runner's spec of ``job``, wherever it runs (this host, a cluster node, an edge host)."""
     app = config["apps"][job.app]
@@ -227,6 +257,7 @@ def benchmark_spec(job):
         "loadgen": app["loadgen"],
         "app_settings": app,
         "dataset_dir": f"resources/datasets/{job.app}",
+        "weights_file": weights_file(job),
         "platform_settings": platform_settings(job.scenario.platform),
         "allow_emulation": config["allow_emulation"],
     }

@@ -56,8 +56,10 @@ def site_benchmark_inputs(wildcards):
     # rounds interleave on each site as on this host (previous_round in common.smk)
     replicate = int(wildcards.replicate)
     earlier = [ancient(SITE_ROUND_FILE.format(site=wildcards.site, replicate=replicate - 1))] if replicate > 1 else []
+    weights = weights_file(site_job(wildcards))
     return {
         "dataset": f"resources/datasets/{wildcards.app}",
+        "weights": [weights] if weights else [],
         "host": SITE_FACTS.format(site=wildcards.site),
         "previous_round": earlier,
     }

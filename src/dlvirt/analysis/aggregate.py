@@ -27,6 +27,7 @@ from dlvirt.analysis.stats import Estimate, estimate, trend
 from dlvirt.core import codeversion, variance
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.interval import outliers
+from dlvirt.core.machinetime import LAUNCH_PARTS, split_totals
 from dlvirt.core.records import JobResult, Repetition, read_run_records
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.system.hostinfo import hardware_label
@@ -40,6 +41,8 @@ COLUMNS = KEY_COLUMNS + [
     "ctx_switches", "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
     "pipeline", "dataset_source", "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct",
     "gpu_mem_mib", "sockets", "numa_nodes", "memory_mib", "max_rss_mib", "code_version", "host_virtualization",
+    # a launch's machine time, split (JobResult.launch_s): the mean per launch, and the counted share
+    *(f"launch_{part}" for part in LAUNCH_PARTS), "launch_total_s", "counted_share",
 ]
 NO_ESTIMATE = Estimate(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan)
 
@@ -141,6 +144,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
     # PIN scenarios' recorded placement (VNL has none): the most sockets / nodes any launch spanned
     placements = [result.placement for result in results if result.placement and "sockets" in result.placement]
     rss = [r.telemetry["max_rss_mib"] for r in every_run if r.telemetry and r.telemetry.get("max_rss_mib")]
+    split = split_totals(results)
     return {
         "tool": first.tool,
         "app": first.app,
@@ -219,6 +223,8 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "host_virtualization": ", ".join(f"{k} {v}" for k, v in sorted(sample.observed["virtualization"].items())
                                          if v != "none") or "none"
         if first.platform.get("virtualised") is False and "virtualization" in sample.observed else None,
+        **{f"launch_{part}": split[part] / split["launches"] if split else None for part in (*LAUNCH_PARTS, "total_s")},
+        "counted_share": split["counted_s"] / split["total_s"] if split and split["total_s"] > 0 else None,
     }
 
 

@@ -30,7 +30,7 @@ from dlvirt.analysis.rows import (
     select,
 )
 from dlvirt.core.atomic import read_json, write_text_atomic
-from dlvirt.core.machinetime import hours, launch_machine_s, totals_line
+from dlvirt.core.machinetime import hours, launch_machine_s, split_line, split_totals, totals_line
 from dlvirt.core.records import read_run_records
 from dlvirt.plan.leftout import reasons
 
@@ -177,8 +177,13 @@ def machine_time(runs: list[Path], plan: dict[str, Any]) -> str:
     """What the study's launches took, beside what the plan projected before them."""
     measured = sum(launch_machine_s(record) for record in read_run_records(runs))
     projected = totals_line(plan["estimate"]) if plan.get("estimate") else "not recorded (an older plan.json)"
-    return (f"{hours(measured)} measured over {len(runs)} launch(es) (warm-ups, repetitions, model loads, boots; "
-            f"provisioning, image builds and datasets not counted); when the plan was written: {projected}")
+    return (f"{hours(measured)} measured over {len(runs)} launch(es) (from the weights check to the teardown; "
+            f"image builds, datasets and weights resources not counted); when the plan was written: {projected}")
+
+
+def launch_split_text(runs: list[Path]) -> str:
+    """The study's launch machine time split into its parts (``JobResult.launch_s``)."""
+    return split_line(split_totals(read_run_records(runs)))
 
 
 def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, claims: Path,
@@ -205,6 +210,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         version=metadata.version("dlvirt"),
         plan=plan_doc,
         machine_time=machine_time(runs, plan_doc),
+        launch_split=launch_split_text(runs),
         host_virtualization=host_virtualization(facts),
         host_facts=[
             ("CPU", f"{facts.get('cpu_model')} — {caps.get('cores')} usable cores, {facts.get('sockets')} socket(s), "

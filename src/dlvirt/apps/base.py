@@ -7,16 +7,19 @@ way, so adding an app is one new module registered in ``dlvirt.apps``.
 from __future__ import annotations
 
 import hashlib
+import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
 from dlvirt.core.kinds import AppKind
 from dlvirt.core.scenario import Scenario
 
 DATASET_INFO = "dataset.json"
+# The checksum file beside a weights resource: ``<weights file>.sha256``, the hex digest alone.
+CHECKSUM_SUFFIX = ".sha256"
 
 
 class AppError(RuntimeError):
@@ -85,25 +88,52 @@ def checked_weights(settings: dict[str, Any], section: str = "weights") -> Path 
     return path
 
 
+def write_checksum(path: Path) -> str:
+    """Write ``path``'s SHA-256 beside it (``CHECKSUM_SUFFIX``); return the digest."""
+    digest = sha256_file(path)
+    write_text_atomic(Path(f"{path}{CHECKSUM_SUFFIX}"), digest + "\n")
+    return digest
+
+
+def verified_weights(path: Path) -> dict[str, Any]:
+    """A weights resource checked against the checksum file beside it: its path and SHA-256."""
+    path = Path(path)
+    checksum = Path(f"{path}{CHECKSUM_SUFFIX}")
+    if not path.is_file() or not checksum.is_file():
+        raise AppError(f"weights resource {path}: {'file' if not path.is_file() else 'checksum file'} missing "
+                       "(rule weights builds both)")
+    want = checksum.read_text().split()[0] if checksum.read_text().split() else ""
+    got = sha256_file(path)
+    if got != want:
+        raise AppError(f"weights resource {path}: sha256 {got} != {want} in {checksum.name}; rebuild it "
+                       "(snakemake --forcerun weights)")
+    return {"path": str(path), "sha256": got}
+
+
 class App(ABC):
     kind: ClassVar[AppKind]  # what the rest of dlvirt knows about it (each app module declares it)
     name: ClassVar[str]      # kind.name
     framework: str  # kind.framework; an app whose framework is configurable (IC) sets its own
     dataset_index: ClassVar[str]  # the file a real dataset folder holds (apps.<app>.dataset.path)
     dataset_may_be_file: ClassVar[bool] = False  # dataset.path may also name that file itself
+    weights_keys: ClassVar[tuple[str, ...]] = ("seed",)  # the settings its random initialisation depends on
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
             cls.name, cls.framework = cls.kind.name, cls.kind.framework
 
-    def __init__(self, settings: dict[str, Any], dataset_dir: Path, processor: str, threads: ThreadPlan) -> None:
+    def __init__(self, settings: dict[str, Any], dataset_dir: Path, processor: str, threads: ThreadPlan,
+                 initial_weights: dict[str, Any] | None = None) -> None:
         self.settings = settings
         self.dataset_dir = Path(dataset_dir)
         self.dataset_info = read_json(self.dataset_dir / DATASET_INFO)
         self.processor = processor
         self.threads = threads
         self.weights_path: Path | None = None
+        # the workflow's weights resource (path, sha256; the runner verified it): the seeded random
+        # initialisation, saved once, which load_model loads instead of initialising the model again
+        self.initial_weights = initial_weights
 
     # -- matrix ---------------------------------------------------------------------------------
     @classmethod
@@ -171,8 +201,52 @@ class App(ABC):
         """Samples in the dataset (LoadGen's total sample count)."""
 
     @abstractmethod
+    def import_framework(self) -> None:
+        """Import the framework the model needs (start-up, kept apart from the model load)."""
+
+    @abstractmethod
     def load_model(self) -> None:
-        """Set framework threads from ``self.threads``, build the model, load weights if configured."""
+        """Set framework threads from ``self.threads``, build the model, load weights: the configured
+        ones, else ``initial_weights``, else a seeded random initialisation."""
+
+    # -- the weights resource (rule weights: built once per app, model settings and seed) ------
+    @classmethod
+    def weights_tag(cls, settings: dict[str, Any]) -> str:
+        """What the seeded random initialisation depends on, as a folder name."""
+        return f"seed{int(settings.get('seed', 0))}"
+
+    @classmethod
+    def weights_settings(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The app settings the seeded random initialisation depends on (a change rebuilds it)."""
+        return {key: settings[key] for key in cls.weights_keys if key in settings}
+
+    @classmethod
+    def weights_file_name(cls, settings: dict[str, Any]) -> str:
+        """The weights resource's file name, in the framework's own format."""
+        return "model.pt"
+
+    @abstractmethod
+    def save_weights(self, path: Path) -> None:
+        """Save the loaded model's weights to ``path`` in the framework's own format."""
+
+    @classmethod
+    def build_weights(cls, settings: dict[str, Any], dataset_dir: Path, output: Path) -> str:
+        """The weights resource: the model's seeded random initialisation, as a launch without it
+        would build it, saved to ``output`` with its checksum file beside it; returns the SHA-256."""
+        plan = ThreadPlan(policy="framework-default", cores=os.cpu_count() or 1, intra_op=None, inter_op=None,
+                          pre_workers=1, sharing="unmanaged")
+        app = cls(settings, dataset_dir, "CPU", plan)
+        if checked_weights(settings) is not None:
+            raise AppError(f"apps.{cls.name}.weights.path is set: launches load those weights, not a weights resource")
+        app.load_model()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        app.save_weights(output)
+        return write_checksum(output)
+
+    @property
+    def cached_weights(self) -> Path | None:
+        """The weights resource to load when no weights are configured (None: none given)."""
+        return None if self.initial_weights is None else Path(self.initial_weights["path"])
 
     @abstractmethod
     def preprocess(self, index: int) -> Any:
@@ -202,8 +276,14 @@ class App(ABC):
 
     def model_provenance(self) -> dict[str, Any]:
         if self.weights_path is None:
+            # random either way; the resource is that same seeded initialisation, saved once
+            source = {"weights_source": "seeded random initialisation, built in this launch"}
+            if self.initial_weights is not None:
+                source = {"weights_source": "seeded random initialisation, cached (rule weights)",
+                          "weights_file": self.initial_weights["path"],
+                          "weights_sha256": self.initial_weights["sha256"]}
             return {"model": self.kind.model, "framework": self.framework, "weights": "random",
-                    "seed": self.settings.get("seed", 0)}
+                    "seed": self.settings.get("seed", 0), **source}
         return {"model": self.kind.model, "framework": self.framework, "weights": "loaded",
                 "path": str(self.weights_path), "sha256": self.settings["weights"].get("sha256")}
 

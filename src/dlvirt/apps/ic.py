@@ -11,6 +11,7 @@ post-processing scores.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ CHANNEL_MEANS = np.array([123.68, 116.78, 103.94], dtype=np.float32)
 NUM_CLASSES = 1000
 VAL_MAP = "val_map.txt"
 FRAMEWORKS = ("tensorflow", "pytorch")
+KERAS_OPTIONAL_IMPORTS = ("pandas", "matplotlib")  # Keras does without them (try: import ... except ImportError)
 
 
 def read_val_map(root: Path) -> list[tuple[str, int]]:
@@ -75,7 +77,10 @@ class KerasResNet50:
     framework = "tensorflow"
     architecture = "ResNet50 v1 (Keras): stride 2 in the first 1x1 convolution of a down-sampling block"
 
-    def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None) -> None:
+    weights_file = "model.weights.h5"  # Keras's own format (save_weights, load_weights)
+
+    def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None,
+                 cached: Path | None = None) -> None:
         import tensorflow as tf
 
         if threads.intra_op is not None:
@@ -89,11 +94,17 @@ class KerasResNet50:
         tf.keras.utils.set_random_seed(seed)
         with tf.device(self.device):
             self.model = tf.keras.applications.ResNet50(weights=None, classes=NUM_CLASSES)
-            if weights is not None:
-                self.model.load_weights(str(weights))
+            if weights or cached:  # Keras initialises while building: the file's weights replace those
+                self.model.load_weights(str(weights or cached))
+        # traced on its first call (one signature, any batch size): TensorFlow's lazy initialisation,
+        # which the launch's warm-up repetition takes, as it takes PyTorch's
         spec = tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32)
         self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[spec])
-        self._forward(tf.zeros([1, IMAGE_SIZE, IMAGE_SIZE, 3]))  # trace once, outside the timed runs
+
+    def save(self, path: Path) -> None:
+        partial = path.with_name(f".partial-{path.name}")  # Keras wants the .weights.h5 ending
+        self.model.save_weights(str(partial))
+        partial.replace(path)
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         import tensorflow as tf
@@ -132,15 +143,21 @@ class TorchResNet50:
 
     framework = "pytorch"
     architecture = "ResNet50 v1.5 (MLPerf's): stride 2 in the 3x3 convolution of a down-sampling block"
+    weights_file = "model.pt"
 
-    def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None) -> None:
+    def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None,
+                 cached: Path | None = None) -> None:
         import torch
 
         from dlvirt.apps import resnet_torch
 
         self.device = torch_runtime.configure(threads, processor)
-        torch.manual_seed(seed)
-        self.model = resnet_torch.build(NUM_CLASSES)
+        if cached is not None:
+            self.model = torch_runtime.load_module(lambda: resnet_torch.build(NUM_CLASSES), cached,
+                                                   "apps.ic weights resource")
+        else:
+            torch.manual_seed(seed)
+            self.model = resnet_torch.build(NUM_CLASSES)
         if weights is not None:
             state = torch_runtime.load_state_dict(weights, "apps.ic.weights.path")
             try:
@@ -148,6 +165,9 @@ class TorchResNet50:
             except RuntimeError as err:
                 raise AppError(f"apps.ic.weights.path {weights}: not a ResNet50 state dict ({err})") from err
         self.model.to(self.device).eval()
+
+    def save(self, path: Path) -> None:
+        torch_runtime.save_module(self.model, path)
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         import torch
@@ -174,6 +194,7 @@ class ImageClassification(App):
     kind = AppKind(name="ic", title="Image classification", model="ResNet50", framework="tensorflow",
                    dataset="ImageNet 2012 validation", order=0, dlbs_model="resnet50")
     dataset_index = VAL_MAP
+    weights_keys = ("seed", "framework")
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
@@ -218,10 +239,33 @@ class ImageClassification(App):
     def sample_count(self) -> int:
         return len(self.entries)
 
+    @classmethod
+    def weights_tag(cls, settings: dict[str, Any]) -> str:
+        return f"{settings.get('framework', cls.framework)}-{super().weights_tag(settings)}"
+
+    @classmethod
+    def weights_file_name(cls, settings: dict[str, Any]) -> str:
+        return BACKENDS[str(settings.get("framework", cls.framework))].weights_file
+
+    def import_framework(self) -> None:
+        if self.framework == KerasResNet50.framework:
+            # Keras imports pandas and matplotlib when installed (the analysis stack has them), for
+            # features a benchmark never uses: ~0.7 s of its ~4 s import here. Kept out of this process.
+            for unused in KERAS_OPTIONAL_IMPORTS:
+                sys.modules.setdefault(unused, None)  # type: ignore[arg-type]  # None: import fails
+            import tensorflow  # noqa: F401
+        else:
+            import torch  # noqa: F401
+
     def load_model(self) -> None:
         self.weights_path = checked_weights(self.settings)
+        # configured weights are loaded into a model built as before; else the weights resource
+        cached = self.cached_weights if self.weights_path is None else None
         self.backend = BACKENDS[self.framework](self.threads, self.processor, int(self.settings.get("seed", 0)),
-                                                self.weights_path)
+                                                self.weights_path, cached)
+
+    def save_weights(self, path: Path) -> None:
+        self.backend.save(path)
 
     def preprocess(self, index: int) -> np.ndarray:
         return preprocess_image(self.data_root / self.entries[index][0])

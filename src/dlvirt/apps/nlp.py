@@ -92,6 +92,7 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
                    dataset="SQuAD v1.1 dev", order=2)
     torch_packages = ("torch", "transformers", "tokenizers")
     dataset_index = squad.SQUAD_DEV_FILE
+    weights_keys = ("seed", "architecture", "vocab")
     dataset_may_be_file = True
 
     # -- dataset ------------------------------------------------------------------------------
@@ -170,12 +171,24 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
         self.special: tuple[int, int, int] = (cls_id, sep_id, pad_id)
         self.vocab_info["tokens"] = self.tokenizer.vocab_size
         self.config = bert_config(self.architecture, self.tokenizer.vocab_size)
-        torch.manual_seed(int(self.settings.get("seed", 0)))
-        self.model = BertForQuestionAnswering(self.config).eval()
         self.weights_path = checked_weights(self.settings)
+        if self.weights_path is None and self.cached_weights is not None:
+            self.model = torch_runtime.load_module(lambda: BertForQuestionAnswering(self.config),
+                                                   self.cached_weights, "apps.nlp weights resource").eval()
+        else:
+            torch.manual_seed(int(self.settings.get("seed", 0)))
+            self.model = BertForQuestionAnswering(self.config).eval()
         if self.weights_path is not None:
             self._load_checkpoint(self.weights_path)
         self.model.to(self.device)
+
+    def import_framework(self) -> None:
+        import torch  # noqa: F401
+        from transformers import BertForQuestionAnswering  # noqa: F401
+
+    @classmethod
+    def weights_tag(cls, settings: dict[str, Any]) -> str:
+        return f"{settings.get('architecture', MLPERF_ARCHITECTURE)}-{super().weights_tag(settings)}"
 
     def _load_checkpoint(self, path: Path) -> None:
         state = torch_runtime.load_state_dict(path, "apps.nlp.weights.path")

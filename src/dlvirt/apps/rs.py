@@ -226,6 +226,7 @@ class Recommendation(torch_runtime.TorchModelApp):
     kind = AppKind(name="rs", title="Recommendation", model="DLRM", framework="pytorch",
                    dataset="Criteo Kaggle Display Advertising Challenge", order=3)
     dataset_index = DATA_FILE
+    weights_keys = ("seed", "max_rows_per_table")
     dataset_may_be_file = True
 
     @classmethod
@@ -269,13 +270,21 @@ class Recommendation(torch_runtime.TorchModelApp):
     def sample_count(self) -> int:
         return len(self.spans)
 
+    @classmethod
+    def weights_tag(cls, settings: dict[str, Any]) -> str:
+        return f"rows{settings.get('max_rows_per_table') or 'kaggle'}-{super().weights_tag(settings)}"
+
     def load_model(self) -> None:
         import torch
 
         self.device = torch_runtime.configure(self.threads, self.processor)
-        torch.manual_seed(int(self.settings.get("seed", 0)))
-        self.model = build_model(self.table_sizes)
         self.weights_path = checked_weights(self.settings)
+        if self.weights_path is None and self.cached_weights is not None:
+            self.model = torch_runtime.load_module(lambda: build_model(self.table_sizes), self.cached_weights,
+                                                   "apps.rs weights resource").eval()
+        else:
+            torch.manual_seed(int(self.settings.get("seed", 0)))
+            self.model = build_model(self.table_sizes)
         if self.weights_path is not None:
             state = torch_runtime.load_state_dict(self.weights_path, "apps.rs.weights.path")
             try:

@@ -1,4 +1,5 @@
-"""What the PyTorch apps share: framework threads from the thread plan, the device, checkpoints.
+"""What the PyTorch apps share: framework threads from the thread plan, the device, checkpoints and
+the weights resource (every tensor of a module, loaded without initialising it first).
 
 PyTorch lets a process set its inter-op pool once; asking again for the same size is fine (a test
 session builds several apps), asking for another size is an error rather than a silent mismatch.
@@ -7,6 +8,7 @@ session builds several apps), asking for another size is an error rather than a 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,6 +60,46 @@ def load_state_dict(path: Path, setting: str) -> dict[str, Any]:
     return state
 
 
+def module_tensors(model: Any) -> dict[str, Any]:
+    """Every parameter and buffer of ``model`` by name, non-persistent buffers included."""
+    return {**dict(model.named_parameters(remove_duplicate=False)),
+            **dict(model.named_buffers(remove_duplicate=False))}
+
+
+def save_module(model: Any, path: Path) -> None:
+    """``model``'s parameters and buffers (non-persistent ones too: what load_module assigns) as one
+    state dict file, written atomically."""
+    import torch
+
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    torch.save({name: t.detach().cpu().contiguous() for name, t in module_tensors(model).items()}, partial)
+    partial.replace(path)
+
+
+def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
+    """The module ``build`` makes, holding the tensors of ``path`` (``save_module``'s file): built on
+    the meta device, so nothing is initialised only to be overwritten, then every tensor assigned.
+    A file that does not hold exactly the module's tensors, in their shapes, is an AppError."""
+    import torch
+
+    state = load_state_dict(path, setting)
+    with torch.device("meta"):
+        model = build()
+    wanted = module_tensors(model)
+    missing, unexpected = sorted(set(wanted) - set(state)), sorted(set(state) - set(wanted))
+    wrong = [name for name in set(wanted) & set(state) if tuple(wanted[name].shape) != tuple(state[name].shape)]
+    if missing or unexpected or wrong:
+        raise AppError(f"{setting} {path}: not this model's weights (missing {missing[:3]}, unexpected "
+                       f"{unexpected[:3]}, other shapes {sorted(wrong)[:3]}): rebuild it (rule weights)")
+    persistent = model.state_dict().keys()
+    model.load_state_dict({name: state[name] for name in persistent}, strict=True, assign=True)
+    for name in set(wanted) - set(persistent):  # non-persistent buffers
+        owner, _, attr = name.rpartition(".")
+        model.get_submodule(owner).register_buffer(attr, state[name], persistent=False)
+    return model
+
+
 def gpu_state(model: Any) -> dict[str, Any]:
     """``App.gpu_state`` of a torch model: where its first parameter lives, what CUDA PyTorch sees."""
     import torch
@@ -76,6 +118,12 @@ class TorchModelApp(App):
 
     model: Any
     torch_packages: ClassVar[tuple[str, ...]] = ("torch",)  # the packages its framework_versions name
+
+    def import_framework(self) -> None:
+        import torch  # noqa: F401
+
+    def save_weights(self, path: Path) -> None:
+        save_module(self.model, path)
 
     def gpu_state(self) -> dict[str, Any]:
         return gpu_state(self.model)

@@ -161,6 +161,9 @@ class JobSpec(Record):
     # consecutive repetitions agree within the tolerance (None: exactly warmup_repetitions)
     warmup_max: int | None = None
     warmup_tolerance: float | None = None
+    # the weights resource (the weights rule): the seeded random initialisation the launch loads;
+    # None where weights are configured (apps.<app>.weights.path) or a DLBS experimenter brings its model
+    weights_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,14 +187,16 @@ class HarnessJob(Record):
     pipeline: str | None = None
     warmup_max: int | None = None
     warmup_tolerance: float | None = None
+    weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256
 
     @classmethod
-    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str) -> HarnessJob:
+    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str, weights: dict[str, Any] | None = None) -> HarnessJob:
         return cls(tool=spec.tool, app=spec.app, scenario=spec.scenario, scenario_name=spec.scenario.name,
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
-                   pipeline=spec.pipeline, warmup_max=spec.warmup_max, warmup_tolerance=spec.warmup_tolerance)
+                   pipeline=spec.pipeline, warmup_max=spec.warmup_max, warmup_tolerance=spec.warmup_tolerance,
+                   weights=weights)
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,9 @@ class HarnessOutput(Record):
     repetitions: dict[str, Any] | None = None
     stack: dict[str, Any] | None = None  # the Python stack the harness ran on (hostinfo.python_stack)
     code: dict[str, Any] | None = None   # the code that measured (core.codeversion)
+    # framework_import_s; ready_unix and ready_uptime_s (wall clock, kernel uptime) when the framework
+    # was imported and the model load began; warmup_s, counted_s: wall time of those repetitions
+    timeline: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +287,11 @@ class JobResult(Record):
     placement: dict[str, Any] | None = None
     code: dict[str, Any] | None = None   # the harness's code version (core.codeversion); absent in older results
     runner_code: dict[str, Any] | None = None  # the runner's: the two must agree to be summarised
+    # What the launch cost, split (run.runner.launch_split): startup_s (weights check, provisioning,
+    # process, container or boot, imports, up to the model load), model_load_s, warmup_s, counted_s
+    # (the counted repetitions) and other_s (writing results, teardown), which add up to total_s;
+    # of the start-up: framework_import_s, weights_check_s. Absent in older results.
+    launch_s: dict[str, float] | None = None
 
 
 # A run record's place: <runs>/<tool>/<app>/<platform>/<cores>/<pinning>/<processor>/<replicate>.json

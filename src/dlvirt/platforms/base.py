@@ -159,8 +159,9 @@ def require_verified(what: str, expected: Expected, harness: HarnessOutput, uses
 
 
 def job_input_paths(job: HarnessJob) -> list[Path]:
-    """Host files and folders the harness reads: the dataset folder and every ``path`` in the app's
-    settings (a real dataset, a weights file). Platforms with their own file system share exactly these."""
+    """Host files and folders the harness reads: the dataset folder, every ``path`` in the app's
+    settings (a real dataset, a weights file) and the weights resource. Platforms with their own file
+    system share exactly these."""
     found = [Path(job.dataset_dir).resolve()]
 
     def walk(node: Any) -> None:
@@ -172,6 +173,8 @@ def job_input_paths(job: HarnessJob) -> list[Path]:
                     walk(value)
 
     walk(job.app_settings)
+    if job.weights is not None:
+        found.append(Path(job.weights["path"]).resolve())
     return sorted(set(found))
 
 
@@ -268,6 +271,12 @@ class Platform(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts about the platform as measured (engine, versions, accelerator) for result files."""
         return {"platform": self.name}
+
+    def startup_s(self, harness: HarnessOutput, run_started_unix: float) -> float | None:
+        """Seconds from the start of ``run`` until the harness inside had imported its framework
+        (None: not measured). A process or a container shares this host's wall clock."""
+        ready = (harness.timeline or {}).get("ready_unix")
+        return None if ready is None else ready - run_started_unix
 
     def __enter__(self) -> Platform:
         try:

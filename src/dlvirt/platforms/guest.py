@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import math
 import os
 import re
 import shutil
@@ -50,6 +51,7 @@ JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
 OUT_MAX_BYTES = 1 << 30
 OUT_MAX_FILES = 10_000
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.+,=@-]{1,255}")
+SCRIPT_UPTIME = "script_uptime_s"  # run.sh writes the guest's uptime here as it starts
 POLL_S = 0.05
 # The guest's console is bounded: the host keeps its last CONSOLE_TAIL_CHARS in memory (for error
 # messages) and stops a guest that writes more than CONSOLE_CAP_BYTES to it (the console file, and
@@ -219,6 +221,20 @@ def _copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, copy_function=link_or_copy)
 
 
+def script_uptime(path: Path) -> float | None:
+    """The guest's uptime that run.sh wrote as it started (the guest wrote it: None unless it is a
+    plain number); the file is removed, so that it does not travel with the job's outputs."""
+    try:
+        text = path.read_text()[:64] if path.is_file() else ""
+    finally:
+        path.unlink(missing_ok=True)
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def guest_inputs(job: HarnessJob) -> tuple[HarnessJob, dict[str, Path]]:
     """The job as the guest sees it, and the host inputs to put on the job disk: every path the
     harness reads (``job_input_paths``) moves to ``/job/inputs/<i>/<name>``."""
@@ -236,8 +252,10 @@ def guest_inputs(job: HarnessJob) -> tuple[HarnessJob, dict[str, Path]]:
             return [rewrite(v) for v in node]
         return node
 
+    weights = None if job.weights is None else \
+        {**job.weights, "path": moved[str(Path(job.weights["path"]).resolve())]}
     guest_job = dataclasses.replace(job, app_settings=rewrite(job.app_settings),
-                                    dataset_dir=moved[str(Path(job.dataset_dir).resolve())])
+                                    dataset_dir=moved[str(Path(job.dataset_dir).resolve())], weights=weights)
     return guest_job, files
 
 
@@ -271,6 +289,8 @@ class GuestPlatform(Platform):
         self.work_root = work_root(config)
         self._disk_dir: Path | None = None
         self.last_run: GuestRun | None = None
+        self.staged_unix = 0.0                    # when the job disk was ready (host wall clock)
+        self.script_uptime_s: float | None = None  # the guest's uptime as run.sh started
         self.accel_note: str | None = None
 
     @property
@@ -368,7 +388,10 @@ class GuestPlatform(Platform):
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir()
-        private.create_file(staging / "run.sh", ("set -e\n" + script).encode())
+        # the guest kernel's uptime as the script starts: with the harness's at its ready point, the
+        # guest's share of the start-up (init, a container in VMCN, the interpreter and imports)
+        started = f"cut -d' ' -f1 /proc/uptime > {GUEST_JOB_DIR}/out/{SCRIPT_UPTIME}\n"
+        private.create_file(staging / "run.sh", ("set -e\n" + started + script).encode())
         private.create_file(staging / "timeout_s", f"{int(timeout_s)}\n".encode())
         package = Path(dlvirt.__file__).parent
         shutil.copytree(package, staging / "src" / "dlvirt", ignore=shutil.ignore_patterns("__pycache__"))
@@ -381,6 +404,7 @@ class GuestPlatform(Platform):
         job_disk = private.create_file(self.disk_dir / "job.img")
         make_job_disk(job_disk, staging)
         shutil.rmtree(staging)
+        self.staged_unix = time.time()
         run = self._boot(job_disk, timeout_s)
         out_parent = self.disk_dir / "guest"
         status = read_job_disk(job_disk, out_parent)
@@ -400,6 +424,7 @@ class GuestPlatform(Platform):
             shutil.rmtree(target)
         (out_parent / "out").rename(target)
         shutil.rmtree(out_parent, ignore_errors=True)
+        self.script_uptime_s = script_uptime(target / SCRIPT_UPTIME)
         return target
 
     def _boot(self, job_disk: Path, timeout_s: float) -> GuestRun:
@@ -493,6 +518,15 @@ class GuestPlatform(Platform):
         if self._disk_dir is not None:
             shutil.rmtree(self.disk_dir, ignore_errors=True)
             self._disk_dir = None
+
+    def startup_s(self, harness: HarnessOutput, run_started_unix: float) -> float | None:
+        """The job disk made (host clock), the boot up to the start marker (host-measured), then
+        from run.sh's start to the harness's ready point (the guest kernel's uptime)."""
+        ready = (harness.timeline or {}).get("ready_uptime_s")
+        run, script = self.last_run, self.script_uptime_s
+        if ready is None or run is None or run.boot_s is None or script is None:
+            return None
+        return self.staged_unix - run_started_unix + run.boot_s + ready - script
 
     def describe(self) -> dict[str, Any]:
         run = self.last_run

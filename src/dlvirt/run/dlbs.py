@@ -116,9 +116,15 @@ def dlbs_section(job: HarnessJob) -> dict[str, Any]:
     return job.dlbs
 
 
+def brings_own_model(settings: dict[str, Any] | None, app: str) -> bool:
+    """Whether a DLBS checkout's experimenter times ``app`` (``dlbs.path`` set, and DLBS implements
+    the app's model), building its model itself: the job loads none."""
+    return bool((settings or {}).get("path")) and app_class(app).kind.dlbs_model is not None
+
+
 def experimenter_model(job: HarnessJob) -> str | None:
     """DLBS's model id when this job is timed by a DLBS checkout's experimenter, else None."""
-    if not dlbs_section(job).get("path"):
+    if not brings_own_model(dlbs_section(job), job.app):
         return None
     checkout = Path(dlbs_section(job)["path"])
     if not experimenter_script(checkout).is_file():

@@ -346,9 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
     plan = plan_threads(job.threads, observed, job.pipeline)
-    app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan)
+    app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan,
+                             initial_weights=job.weights)
     # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
     experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None
+    # The launch's timeline (JobResult.launch_s): start-up ends once the framework is imported;
+    # then the model load, the warm-ups and the counted repetitions, each its loop's wall time.
+    import_start = time.perf_counter()
+    if not experimenter:
+        app.import_framework()
+    timeline: dict[str, float] = {"framework_import_s": time.perf_counter() - import_start,
+                                  "ready_unix": time.time(), "ready_uptime_s": observe.uptime_s()}
     print(f"[harness] {job.app} {job.scenario_name}: loading the model", flush=True)
     load_start = time.perf_counter()
     if not experimenter:
@@ -361,8 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Repetition] = []
     estimate_qps: float | None = None
     rep, stopped = 0, None
+    spent: dict[int, float] = {}  # each repetition's wall time, all the harness did for it
     while stopped is None:
         warming = rep < job.warmup_repetitions
+        rep_start = time.perf_counter()
         before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
@@ -382,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'model-only' if job.tool == 'dlbs' else 'E2E'} {record.e2e_s:.3f} s, "
               f"{record.samples} samples", flush=True)
         (warmups if warming else runs).append(record)
+        spent[record.repetition] = time.perf_counter() - rep_start
         rep += 1
         if unsteady(len(warmups), [r.e2e_s for r in runs], job.warmup_max, job.warmup_tolerance):
             print(f"[harness] rep {runs[0].repetition} and {runs[1].repetition} differ by more than "
@@ -389,12 +400,13 @@ def main(argv: list[str] | None = None) -> int:
             warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
         if not warming:
             stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
+    timeline.update(warmup_s=sum(spent[r.repetition] for r in warmups), counted_s=sum(spent[r.repetition] for r in runs))
     HarnessOutput(
         app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
         repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
                      "rel_ci95": precision([r.e2e_s for r in runs]), "warmups": len(warmups),
                      "steady": steady([r.e2e_s for r in runs], job.warmup_tolerance)},
-        model_load_s=load_s, dataset=app.dataset_info,
+        model_load_s=load_s, timeline=timeline, dataset=app.dataset_info,
         model=dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
         versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
         stack=python_stack(), code=code_version(),
@@ -403,4 +415,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    status = main()
+    # Every output is written and closed by now: leave without the interpreter's teardown, whose
+    # framework exit handlers (TensorFlow ~1 s, PyTorch ~0.5 s here) would cost every launch.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

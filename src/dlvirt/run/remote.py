@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import dlvirt
-from dlvirt.apps.base import DATASET_INFO
+from dlvirt.apps.base import CHECKSUM_SUFFIX, DATASET_INFO
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.owner import new_run_id, process_tag
 from dlvirt.core.records import JobResult, JobSpec, run_record_problems
@@ -215,8 +215,14 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
     dataset_sha = tree_sha256(dataset_dir)
     dataset = f"datasets/{spec.app}-{dataset_sha}"
     host.stage(dataset_dir, dataset)
+    weights = None
+    if spec.weights_file is not None:  # its folder, addressed by its checksum file (the remote runner checks it)
+        local = Path(spec.weights_file)
+        digest = Path(f"{local}{CHECKSUM_SUFFIX}").read_text().split()[0]
+        host.stage(local.parent, f"weights/{spec.app}-{digest}")
+        weights = f"weights/{spec.app}-{digest}/{local.name}"
     job_dir = f"jobs/{new_run_id()}"
-    remote_spec = dataclasses.replace(spec, dataset_dir=dataset).to_dict()
+    remote_spec = dataclasses.replace(spec, dataset_dir=dataset, weights_file=weights).to_dict()
     bench = (f"-m dlvirt bench --spec {shlex.quote(json.dumps(remote_spec, sort_keys=True))} "
              f"--output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen")
     script = f"mkdir -p {job_dir} && echo $$ > {job_dir}/pid && {host.python_command(code, bench)}"

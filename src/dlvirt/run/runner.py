@@ -11,12 +11,14 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from dlvirt.apps.base import verified_weights
 from dlvirt.core.codeversion import code_version
 from dlvirt.core.owner import new_run_id
-from dlvirt.core.records import HarnessJob, JobResult, JobSpec, Repetition
+from dlvirt.core.records import HarnessJob, HarnessOutput, JobResult, JobSpec, Repetition
 from dlvirt.core.signals import stop_on_signals
 from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
@@ -66,6 +68,20 @@ def publish_result(result: JobResult, output: Path, logs: Path, loadgen_dir: Pat
     result.write(output)
 
 
+def launch_split(harness: HarnessOutput, startup_s: float | None, total_s: float,
+                 weights_check_s: float) -> dict[str, float] | None:
+    """What the launch cost (``JobResult.launch_s``): start-up, model load, warm-ups, counted
+    repetitions and the rest of ``total_s`` (None where the platform could not time its start-up)."""
+    timeline = harness.timeline
+    if timeline is None or startup_s is None:
+        return None
+    parts = {"startup_s": startup_s, "model_load_s": harness.model_load_s, "warmup_s": timeline["warmup_s"],
+             "counted_s": timeline["counted_s"]}
+    return {**{k: round(v, 4) for k, v in parts.items()}, "other_s": round(total_s - sum(parts.values()), 4),
+            "total_s": round(total_s, 4), "framework_import_s": round(timeline["framework_import_s"], 4),
+            "weights_check_s": round(weights_check_s, 4)}
+
+
 def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     """Run one job described by ``spec`` (built by the workflow) and write ``output``."""
     stop_on_signals()
@@ -74,21 +90,30 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{run_id}-", dir=output.parent))
-    job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id)
     try:
         if slurm_allocation() is not None:  # a cluster node: the workflow's start cleaned only its own machine
             for line in remove_stale_local({scenario.platform: spec.platform_settings}):
                 print(f"dlvirt: {line}", file=sys.stderr)
         cls = platform_class(scenario.platform)
         check_node(cls, spec)
+        started = time.time()
+        # the weights resource, checked against its checksum file here, before any platform exists
+        weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
+        weights_check_s = time.time() - started
+        job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights)
         # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
         settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
         print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
         with cls(scenario, settings, workdir, run_id) as platform:
+            run_started = time.time()
             harness = platform.run(job, timeout_s=float(spec.timeout_s))
+            in_run = platform.startup_s(harness, run_started)
             expected = platform.expected()
             # analysis tells bare metal from the rest by this, without importing a platform
             described = {**platform.describe(), "virtualised": cls.kind.virtualised}
+        # start-up: the weights check and provisioning, then what the platform timed of its run
+        startup = None if in_run is None else run_started - started + in_run
+        launch = launch_split(harness, startup, time.time() - started, weights_check_s)
         require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
         stop = (harness.repetitions or {}).get("stop")
         wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
@@ -104,7 +129,7 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
             placement=placement_record(described, harness.runs),
             # the harness's code measured; the runner's provisioned and verified (normally the same)
-            code=harness.code, runner_code=code_version())
+            code=harness.code, runner_code=code_version(), launch_s=launch)
         publish_result(result, output, workdir / "out", loadgen_dir)
         return result
     finally:

@@ -126,6 +126,12 @@ def privileges(status: Path = Path("/proc/self/status")) -> dict[str, Any]:
             "no_new_privs": int(fields.get("NoNewPrivs", "0").strip() or 0)}
 
 
+def uptime_s() -> float:
+    """The kernel's uptime (/proc/uptime): one clock for every process of a kernel, containers
+    included, where a guest's wall clock and its host's may differ."""
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
 def observe() -> dict[str, Any]:
     affinity = sorted(os.sched_getaffinity(0))
     return {

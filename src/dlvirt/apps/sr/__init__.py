@@ -106,9 +106,12 @@ class SpeechRecognition(torch_runtime.TorchModelApp):
         import torch
 
         self.device = torch_runtime.configure(self.threads, self.processor)
-        torch.manual_seed(self.seed)
-        self.model = build_model()
         self.weights_path = checked_weights(self.settings)
+        if self.weights_path is None and self.cached_weights is not None:
+            self.model = torch_runtime.load_module(build_model, self.cached_weights, "apps.sr weights resource")
+        else:
+            torch.manual_seed(self.seed)
+            self.model = build_model()
         if self.weights_path is not None:
             state = torch_runtime.load_state_dict(self.weights_path, "apps.sr.weights.path")
             # The reference checkpoint keeps its feature extractor's buffers and an older joint name.
