@@ -400,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
             warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
         if not warming:
             stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
-    timeline.update(warmup_s=sum(spent[r.repetition] for r in warmups), counted_s=sum(spent[r.repetition] for r in runs))
+    # a counted repetition found to be a warm-up after all (unsteady) counts as one here too
+    timeline.update(warmup_s=sum(spent[r.repetition] for r in warmups),
+                    counted_s=sum(spent[r.repetition] for r in runs))
     HarnessOutput(
         app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
         repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
