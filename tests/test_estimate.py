@@ -135,3 +135,18 @@ def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatc
     assert "n* = sqrt(c_launch / c_rep · σ²_w / σ²_b) = 1.82 → 2" in out and "per-case comparison" in out
     assert main(["plan", "--design", "--runs", str(tmp_path / "none")]) != 0
     assert "give --within-cv" in capsys.readouterr().err
+
+
+def test_a_launch_split_adds_up_and_the_report_gives_its_shares():
+    """JobResult.launch_s: what the launch cost, split; the machine time readers take its total."""
+    from dlvirt.core.machinetime import launch_cost_s, launch_machine_s, launch_overhead_s, split_line, split_totals
+
+    split = {"startup_s": 4.0, "model_load_s": 1.0, "warmup_s": 3.0, "counted_s": 12.0, "other_s": 0.0,
+             "total_s": 20.0, "framework_import_s": 3.0, "weights_check_s": 0.1}
+    launch = dataclasses.replace(RECORDED, launch_s=split)
+    assert launch_machine_s(launch) == 20.0 and launch_overhead_s(launch) == 5.0 and launch_cost_s(launch) == 8.0
+    totals = split_totals([launch, launch, RECORDED])  # a record from before the split is left out
+    assert totals is not None and totals["launches"] == 2 and totals["counted_s"] == 24.0
+    line = split_line(totals)
+    assert line.startswith("0.7 min over 2 launch(es): 60% counted repetitions, 15% warm-ups, 5% model loads, 20%")
+    assert split_totals([RECORDED]) is None and split_line(None).startswith("not recorded")
