@@ -187,6 +187,9 @@ def test_smoke_study_with_an_edge_host(sshd: Sshd, workflow_dir: Path) -> None:
     remote = sshd.remote_workdir
     assert (remote / "code" / edge["transport"]["code_sha256"] / "dlvirt" / COMPLETE).exists()
     assert (remote / "datasets" / f"ic-{edge['transport']['dataset_sha256']}" / COMPLETE).exists()
+    # the weights resource too (addressed by its checksum), which the job there loaded
+    staged = [p.name for p in (remote / "weights").iterdir()]
+    assert staged == [f"ic-{edge['model']['weights_sha256']}"] and (remote / "weights" / staged[0] / COMPLETE).exists()
     assert list((remote / "jobs").iterdir()) == []
     rerun = snakemake(workflow_dir, "results/summary.csv", "results/figures/fig11.png", "--configfile", "edge.yaml",
                       "-n")
