@@ -15,10 +15,12 @@ LAUNCH_PARTS = ("startup_s", "model_load_s", "warmup_s", "counted_s", "other_s")
 
 def launch_overhead_s(record: JobResult) -> float:
     """What one launch costs beside its repetitions: its start-up (weights check, provisioning, boot,
-    imports), model load and the rest (results, teardown); older results: model load and boot."""
+    imports), model load and the rest (results, teardown); older results: the platform's start-up
+    to the harness where recorded (CN's ``start_to_harness_s``), boot and model load."""
     if record.launch_s is not None:
         return sum(record.launch_s[part] for part in LAUNCH_PARTS if part not in ("warmup_s", "counted_s"))
-    return record.model_load_s + float(record.platform.get("boot_s") or 0)
+    start = float(record.platform.get("start_to_harness_s") or 0)
+    return start + record.model_load_s + float(record.platform.get("boot_s") or 0)
 
 
 def repetition_s(rep: Repetition) -> float:
@@ -40,8 +42,7 @@ def launch_cost_s(record: JobResult) -> float:
     the harness (where recorded: CN's ``start_to_harness_s``), boot, model load and the warm-ups."""
     if record.launch_s is not None:
         return sum(record.launch_s[part] for part in ("startup_s", "model_load_s", "warmup_s"))
-    start = float(record.platform.get("start_to_harness_s") or 0)
-    return start + launch_overhead_s(record) + sum(repetition_s(r) for r in record.warmups)
+    return launch_overhead_s(record) + sum(repetition_s(r) for r in record.warmups)
 
 
 def split_totals(records: list[JobResult]) -> dict[str, float] | None:

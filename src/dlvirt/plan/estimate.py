@@ -59,8 +59,7 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
         per_sample = sum(r.e2e_s for r in reps) / max(1, sum(r.samples for r in reps))
         # the spread the stopping rule sees: the repetitions about their own launch's mean
         components = variance.of_launches([[r.e2e_s for r in record.runs] for record in records])
-        overhead = sum(launch_overhead_s(r) + float(r.platform.get("start_to_harness_s") or 0)
-                       for r in records) / len(records)
+        overhead = sum(launch_overhead_s(r) for r in records) / len(records)
         out[key] = Measured(per_sample, components.within_sd, overhead,
                             sum(len(r.warmups) for r in records) / len(records), components)
     return out
