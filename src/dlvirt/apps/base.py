@@ -102,7 +102,7 @@ def verified_weights(path: Path) -> dict[str, Any]:
     if not path.is_file() or not checksum.is_file():
         raise AppError(f"weights resource {path}: {'file' if not path.is_file() else 'checksum file'} missing "
                        "(rule weights builds both)")
-    want = checksum.read_text().split()[0] if checksum.read_text().split() else ""
+    want = (checksum.read_text().split() or [""])[0]
     got = sha256_file(path)
     if got != want:
         raise AppError(f"weights resource {path}: sha256 {got} != {want} in {checksum.name}; rebuild it "
@@ -235,9 +235,9 @@ class App(ABC):
         would build it, saved to ``output`` with its checksum file beside it; returns the SHA-256."""
         plan = ThreadPlan(policy="framework-default", cores=os.cpu_count() or 1, intra_op=None, inter_op=None,
                           pre_workers=1, sharing="unmanaged")
-        app = cls(settings, dataset_dir, "CPU", plan)
-        if checked_weights(settings) is not None:
+        if (settings.get("weights") or {}).get("path"):
             raise AppError(f"apps.{cls.name}.weights.path is set: launches load those weights, not a weights resource")
+        app = cls(settings, dataset_dir, "CPU", plan)
         app.load_model()
         output.parent.mkdir(parents=True, exist_ok=True)
         app.save_weights(output)
