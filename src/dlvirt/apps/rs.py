@@ -194,7 +194,7 @@ def build_model(rows: tuple[int, ...]) -> Any:
                 self.emb_l.append(table)
             vectors = SPARSE + 1
             self.top_l = mlp((EMBEDDING_DIM + vectors * (vectors - 1) // 2, *TOP_MLP), last_sigmoid=True)
-            lower = torch.tril_indices(vectors, vectors, offset=-1)
+            lower = torch.tril_indices(vectors, vectors, offset=-1, device="cpu")  # values even in a meta build
             self.register_buffer("pair_i", lower[0], persistent=False)
             self.register_buffer("pair_j", lower[1], persistent=False)
 

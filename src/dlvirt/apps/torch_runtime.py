@@ -77,6 +77,28 @@ def save_module(model: Any, path: Path) -> None:
     partial.replace(path)
 
 
+# In-place ops that initialisers apply to fresh parameters (torch.nn.init and models' own), which a
+# build on the meta device skips: its tensors hold no values, the saved ones replace them all, and
+# some of these ops' meta kernels first import torch._dynamo (~1.3 s here).
+INIT_OPS = frozenset({"uniform_", "normal_", "fill_", "zero_", "erfinv_", "mul_", "add_", "clamp_", "copy_",
+                      "bernoulli_", "exponential_", "random_", "log_normal_", "cauchy_", "geometric_"})
+
+
+def _skip_initialisation() -> Any:
+    """A torch function mode in which INIT_OPS on meta tensors return the tensor untouched."""
+    from torch.overrides import TorchFunctionMode
+
+    class SkipInitialisation(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            target = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes it by name
+            if getattr(func, "__name__", "") in INIT_OPS and getattr(target, "is_meta", False):
+                return target
+            return func(*args, **kwargs)
+
+    return SkipInitialisation()
+
+
 def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
     """The module ``build`` makes, holding the tensors of ``path`` (``save_module``'s file): built on
     the meta device, so nothing is initialised only to be overwritten, then every tensor assigned.
@@ -84,7 +106,7 @@ def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
     import torch
 
     state = load_state_dict(path, setting)
-    with torch.device("meta"):
+    with torch.device("meta"), _skip_initialisation():
         model = build()
     wanted = module_tensors(model)
     missing, unexpected = sorted(set(wanted) - set(state)), sorted(set(state) - set(wanted))
