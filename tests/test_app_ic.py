@@ -135,9 +135,9 @@ def test_the_weights_resource_is_the_seeded_initialisation_in_the_frameworks_for
     assert ImageClassification.weights_tag(settings) == f"{framework}-seed2"
     path = tmp_path / ImageClassification.weights_file_name(settings)
     assert path.name == {"tensorflow": "model.weights.h5", "pytorch": "model.pt"}[framework]
-    digest = ImageClassification.build_weights(settings, jpegs, path)
-    built = ic_app(jpegs, framework, seed=2)
+    built = ic_app(jpegs, framework, seed=2)  # first: it sets the framework's threads in this process
     built.load_model()
+    digest = ImageClassification.build_weights(settings, jpegs, path)
     cached = ImageClassification(settings, jpegs, "CPU", ThreadPlan("granted", 1, 1, 1, 1),
                                  initial_weights=verified_weights(path))
     cached.load_model()
