@@ -113,7 +113,11 @@ def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatc
     for scenario, values in launches.items():
         for i, e2e in enumerate(values):
             record(tmp_path / "runs" / "mlperf" / "ic" / scenario / f"{i + 1}.json", scenario, e2e, samples=32)
+    # a job still running keeps its work directory beside the records: not a record
+    (tmp_path / "runs" / "mlperf" / "ic" / "BM/1/PIN/CPU" / ".work-1-x").mkdir()
+    (tmp_path / "runs" / "mlperf" / "ic" / "BM/1/PIN/CPU" / ".work-1-x" / "job.json").write_text("{}")
     records = read_records(tmp_path / "runs")
+    assert len(records) == 6
     found = from_records(records)
     a, b = (of_launches(v) for v in launches.values())
     assert found.within == pytest.approx((a.within * 3 + b.within * 3) / 6)

@@ -43,7 +43,10 @@ class Measured:
 
 
 def read_records(runs_dir: Path) -> list[JobResult]:
-    return read_run_records(sorted(Path(runs_dir).rglob("*.json")))
+    """The run records under ``runs_dir``, not the work directories (``.work-*``) of jobs still running."""
+    root = Path(runs_dir)
+    return read_run_records(sorted(p for p in root.rglob("*.json")
+                                   if not any(part.startswith(".") for part in p.relative_to(root).parts)))
 
 
 def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, str], Measured]:
