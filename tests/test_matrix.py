@@ -88,3 +88,10 @@ def test_replicates_are_interleaved_rounds_in_a_seeded_order():
     config["study"]["order_seed"] = 8
     assert expand(config, None).jobs != plan.jobs
     assert plan.jobs[0].wildcards["replicate"] == "1"
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_shipped_study_configs_run_three_launches_or_more(name):
+    """The launch is the unit: a study of fewer launches per scenario cannot decide a claim."""
+    study = yaml.safe_load((REPO / "config" / name).read_text())["study"]
+    assert study["replicates"] >= 3
