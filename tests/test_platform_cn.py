@@ -115,8 +115,8 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
     assert our_containers(engine) == []
     # least privilege, as the harness read it from /proc/self/status inside, recorded and checked
-    assert observed["privileges"] == {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000",
-                                      "no_new_privs": 1} == result.expected["privileges"]
+    asked = {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1}
+    assert observed["privileges"] == {**asked, "seccomp": 2} and result.expected["privileges"] == asked
     assert result.platform["confinement"]["cap_drop"] == ["ALL"] and result.platform["confinement"]["read_only"]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -168,6 +169,11 @@ def test_mvm_guest_sees_one_vcpu_and_records_its_vmm(probe_image, tmp_path):
     assert facts["vmm"] == "qemu-microvm"  # the image's kernel is a bzImage, which Firecracker cannot boot
     assert facts["host_observed"]["vcpu_thread_affinity"].keys() == {"0"}  # unpinned: left to the scheduler
     assert facts["boot_s"] > 0
+    # QEMU dropped root once its files were open, under its seccomp sandbox: seen in /proc from the host
+    qemu_user = pwd.getpwnam("libvirt-qemu").pw_uid
+    assert facts["host_observed"]["vmm_process"] == {"uid": qemu_user, "euid": qemu_user, "cap_eff": "0" * 16,
+                                                     "no_new_privs": 1, "seccomp": 2}
+    assert facts["vmm_confinement"].startswith("QEMU -runas libvirt-qemu")
     assert_nothing_left(mvm)
 
 

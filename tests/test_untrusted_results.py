@@ -203,9 +203,10 @@ def test_only_regular_files_leave_a_containers_out_folder(tmp_path):
 
 def test_privileges_are_read_from_proc_and_checked(tmp_path):
     status = tmp_path / "status"
-    status.write_text("Name:\tpython\nUid:\t65534\t65534\t65534\t65534\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n")
+    status.write_text("Name:\tpython\nUid:\t65534\t65534\t65534\t65534\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+                      "Seccomp:\t2\n")
     seen = privileges(status)
-    assert seen == {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1}
+    assert seen == {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1, "seccomp": 2}
     mine = privileges()
     assert mine["uid"] == os.getuid() and mine["euid"] == os.geteuid()
     observed = json.loads(FIXTURE.read_text())["runs"][0]["observed"]

@@ -38,6 +38,7 @@ from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
 from dlvirt.system import private
 from dlvirt.system.hostinfo import Capabilities
+from dlvirt.system.observe import privileges
 
 GUEST_JOB_DIR = "/job"
 # Each guest's disks (copy-on-write root, job disk) and console live in a folder
@@ -355,6 +356,23 @@ class GuestPlatform(Platform):
         """Host-side checks while the guest runs; the returned facts go into describe()."""
         return {}
 
+    def vmm_confinement(self) -> dict[str, Any]:
+        """How the VMM process is confined (recorded in every result): ``how`` in words and
+        ``expected``, what its /proc status must show (observe.privileges keys; None: unconfined)."""
+        return {"how": "none: the VMM runs as root", "expected": None}
+
+    def check_vmm_process(self, pid: int | None) -> dict[str, Any]:
+        """The VMM's uid, capabilities, no_new_privs and seccomp as its kernel shows them, checked
+        against ``vmm_confinement``; VerificationError when they are not as asked."""
+        if pid is None:
+            raise VerificationError("no VMM process to check the confinement of")
+        seen = privileges(Path(f"/proc/{pid}/status"))
+        want = self.vmm_confinement()["expected"] or {}
+        problems = [f"{key} {seen.get(key)!r} != {value!r}" for key, value in want.items() if seen.get(key) != value]
+        if problems:
+            raise VerificationError(f"the VMM (pid {pid}) is not confined as asked: {', '.join(problems)}")
+        return {"vmm_process": seen}
+
     def guest_script(self, job: HarnessJob) -> str:
         """The shell script that runs the harness inside the guest."""
         return (f'PY={self.guest_python}; [ -x "$PY" ] || PY=python3\n'
@@ -544,6 +562,7 @@ class GuestPlatform(Platform):
             "kernel": str(self.boot_files.kernel),
             "image": self.boot_files.image,
             "host_observed": run.host_observed if run else {},
+            "vmm_confinement": self.vmm_confinement()["how"],
         }
         if self.accel_note:
             facts["accel_note"] = self.accel_note

@@ -3,14 +3,17 @@
 Firecracker is used when ``platforms.MVM.firecracker`` names a binary or one is on PATH *and* KVM
 works (Firecracker has no emulator). Otherwise QEMU's microvm machine — QEMU's Firecracker-style
 minimal machine: no PCI, no firmware, virtio-mmio devices — boots the same kernel and disks. The
-result records which VMM ran. MVM is VNL/CPU only (no pinning, no passthrough; matrix.py refuses
-anything else), as in the paper.
+result records which VMM ran and how it was confined: QEMU drops root for ``libvirt-qemu`` once its
+files are open and runs under its seccomp sandbox (checked from the host in /proc at every boot);
+Firecracker runs as root, without its jailer, in this version. MVM is VNL/CPU only (no pinning, no
+passthrough; matrix.py refuses anything else), as in the paper.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import pwd
 import shutil
 import signal
 import subprocess
@@ -23,6 +26,12 @@ from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPl
 from dlvirt.system.engine_versions import binary_version
 
 QEMU = "qemu-system-x86_64"
+# The user QEMU drops to once it has opened its disks, console and /dev/kvm as root (setup.sh creates it).
+VMM_USER = "libvirt-qemu"
+# QEMU's seccomp filter: no obsolete system calls, no fork/exec, no scheduler or affinity changes.
+# set*uid stays allowed: QEMU 7.2 installs the filter before -runas drops root (with "deny" it dies
+# of SIGSYS); after the drop every uid is VMM_USER's and no capability is left to raise them.
+SANDBOX = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
 
 
 def qemu_microvm_command(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Path, initrd: Path,
@@ -114,7 +123,7 @@ class MicroVM(GuestPlatform):
         else:
             self.vmm = "qemu-microvm"
             cmd = self.qemu_command(accel=accel, memory_mib=memory, cmdline=cmdline, root_disk=root_disk,
-                                    job_disk=job_disk, console=console)
+                                    job_disk=job_disk, console=console) + ["-sandbox", SANDBOX, "-runas", VMM_USER]
             out = open(self.disk_dir / "vmm.log", "ab")  # noqa: SIM115 - closed by the with below
         with out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
@@ -151,7 +160,19 @@ class MicroVM(GuestPlatform):
 
     def _on_guest_started(self) -> dict[str, Any]:
         pattern = FIRECRACKER_VCPU_THREAD if self.vmm == "firecracker" else VCPU_THREAD
-        return self.check_vcpu_pinning(self._vmm_pid(), pattern)
+        pid = self._vmm_pid()
+        return {**self.check_vcpu_pinning(pid, pattern), **self.check_vmm_process(pid)}
+
+    def vmm_confinement(self) -> dict[str, Any]:
+        if self.vmm == "firecracker":  # its jailer is not used yet
+            return {"how": "none: Firecracker runs as root (no jailer)", "expected": {"uid": 0}}
+        try:
+            uid = pwd.getpwnam(VMM_USER).pw_uid
+        except KeyError:
+            raise PlatformError(f"no user {VMM_USER} for QEMU to run as (setup.sh install creates it)") from None
+        return {"how": f"QEMU -runas {VMM_USER} (uid {uid}) after opening its files, -sandbox {SANDBOX}",
+                "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000", "no_new_privs": 1,
+                             "seccomp": 2}}
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()

@@ -123,7 +123,8 @@ def privileges(status: Path = Path("/proc/self/status")) -> dict[str, Any]:
     fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
     uids = fields["Uid"].split()
     return {"uid": int(uids[0]), "euid": int(uids[1]), "cap_eff": fields["CapEff"].strip(),
-            "no_new_privs": int(fields.get("NoNewPrivs", "0").strip() or 0)}
+            "no_new_privs": int(fields.get("NoNewPrivs", "0").strip() or 0),
+            "seccomp": int(fields.get("Seccomp", "0").strip() or 0)}  # 2: a seccomp filter
 
 
 def uptime_s() -> float:
