@@ -34,6 +34,8 @@ def test_bad_config_is_refused_naming_the_key_or_file(case, monkeypatch, tmp_pat
     assert code == EXIT_INPUT, err
     assert err.startswith("dlvirt check-config: ") and err.count("\n") == 1, err
     assert expected(case) in err
+    # a refused config writes nothing (weights-sha-mismatch: not even the checksum it computed)
+    assert not (tmp_path / "checksums.json").exists()
 
 
 def test_the_default_config_passes(monkeypatch, tmp_path, capsys):
@@ -49,11 +51,11 @@ def test_weights_checksum_is_cached_by_size_and_mtime(tmp_path):
     from dlvirt.core.errors import ConfigError
     from dlvirt.plan.configcheck import _check_file_with_checksum
 
-    weights, cache = tmp_path / "w.bin", tmp_path / "cache.json"
+    weights, cache = tmp_path / "w.bin", {}
     weights.write_bytes(b"weights")
     good = hashlib.sha256(b"weights").hexdigest()
     _check_file_with_checksum({"path": str(weights), "sha256": good}, "apps.ic.weights", cache)
-    assert good in cache.read_text()
+    assert cache[str(weights)]["sha256"] == good
     # same size and mtime: the cached checksum is believed (the file is not read again) ...
     stat = weights.stat()
     weights.write_bytes(b"WEIGHTS")

@@ -24,6 +24,11 @@ BENCH = ["bench", "--output", "/nonexistent/r.json", "--loadgen-dir", "/nonexist
     (["dataset", "--app", "ic", "--settings", "{}", "--output-dir", "o"], "dlvirt dataset: --settings: lacks dataset"),
     (["dataset", "--app", "xx", "--settings", '{"dataset": {}}', "--output-dir", "o"],
      "dlvirt dataset: app 'xx' is not implemented"),
+    # the settings are checked as apps.<app> of a config file would be: no traceback, nothing written
+    (["dataset", "--app", "ic", "--settings", '{"dataset": {"count": 1.5, "seed": 0}}', "--output-dir", "o"],
+     "dlvirt dataset: apps.ic.dataset.count: 1.5 is not of type 'integer'"),
+    (["dataset", "--app", "ic", "--settings", '{"dataset": {"count": "many", "seed": 0}}', "--output-dir", "o"],
+     "dlvirt dataset: apps.ic.dataset.count: 'many' is not of type 'integer'"),
     (["image", "--settings", "1", "--output", "o"], "dlvirt image: --settings: a JSON object is needed"),
     (["guest-image", "--variant", "full", "--output-dir", "o", "--cn-settings", "{"],
      "dlvirt guest-image: --cn-settings: not valid JSON"),
@@ -41,6 +46,14 @@ def test_a_failed_run_exits_1_with_its_message(tmp_path, capsys):
     settings = '{"dataset": {"path": "/nonexistent/imagenet", "count": 1, "seed": 0}}'
     assert main(["dataset", "--app", "ic", "--settings", settings, "--output-dir", str(tmp_path)]) == EXIT_RUN
     assert capsys.readouterr().err == "dlvirt dataset: apps.ic.dataset.path /nonexistent/imagenet: does not exist\n"
+
+
+def test_a_dataset_file_in_another_format_is_refused_naming_the_key(tmp_path, capsys):
+    settings = '{"dataset": {"path": "LICENSE", "count": 1, "seed": 0}}'
+    assert main(["dataset", "--app", "nlp", "--settings", settings, "--output-dir", str(tmp_path / "d")]) == EXIT_RUN
+    err = capsys.readouterr().err
+    assert err.startswith("dlvirt dataset: apps.nlp.dataset.path ") and "not a SQuAD v1.1 JSON file" in err
+    assert not (tmp_path / "d").exists()
 
 
 def test_the_process_prints_no_traceback():

@@ -87,8 +87,12 @@ def _cmd_host(args: argparse.Namespace) -> int:
 
 def _cmd_dataset(args: argparse.Namespace) -> int:
     from dlvirt.apps import app_class
+    from dlvirt.plan.configcheck import check_app_settings
 
-    app_class(args.app).prepare_dataset(Path(args.output_dir), _json_arg(args, "settings", ("dataset",)))
+    cls = app_class(args.app)
+    settings = _json_arg(args, "settings", ("dataset",))
+    check_app_settings(args.app, settings, Path(args.schema))  # as a config file's apps.<app> would be
+    cls.prepare_dataset(Path(args.output_dir), settings)
     return 0
 
 
@@ -346,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--app", required=True)
     p.add_argument("--settings", required=True, help="the app's settings as JSON")
     p.add_argument("--output-dir", required=True)
+    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml",
+                   help="the config schema the settings are checked against (as apps.<app>)")
     p.set_defaults(func=_cmd_dataset)
 
     p = sub.add_parser("weights", help="build an app's seeded random initialisation once, in the framework's "

@@ -147,13 +147,13 @@ class App(ABC):
     def prepare_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> None:
         """Generate the synthetic dataset, or check and register the user's real one."""
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         dataset = settings["dataset"]
-        if dataset.get("path"):
-            root = Path(dataset["path"]).resolve()
-            why = cls.dataset_path_problem(root)
-            if why:
-                raise AppError(f"apps.{cls.name}.dataset.path {root}: {why}")
+        root = Path(dataset["path"]).resolve() if dataset.get("path") else None
+        why = cls.dataset_path_problem(root) if root else None
+        if why:  # refused before anything is written
+            raise AppError(f"apps.{cls.name}.dataset.path {root}: {why}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if root:
             info = {"source": "real", "root": str(root), **cls.check_real_dataset(root, settings)}
         else:
             info = {"source": "synthetic", "root": None, "seed": dataset["seed"],

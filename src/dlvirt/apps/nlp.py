@@ -97,6 +97,18 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
 
     # -- dataset ------------------------------------------------------------------------------
     @classmethod
+    def dataset_path_problem(cls, path: Path) -> str | None:
+        """Besides its place, the file must read as SQuAD v1.1 JSON (any other file is refused
+        when the config is checked, not in the job)."""
+        why = super().dataset_path_problem(path)
+        if why is None:
+            try:
+                squad.read_squad(squad_file(path))
+            except AppError as err:
+                return str(err).removeprefix(f"{squad_file(path)}: ")
+        return why
+
+    @classmethod
     def prepare_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> None:
         super().prepare_dataset(out_dir, settings)
         # The corpus vocab is trained on the dataset's own text, real or synthetic; it is used

@@ -75,7 +75,7 @@ def read_squad(path: Path) -> list[Example]:
                 for qa in paragraph["qas"]:
                     examples.append(Example(str(qa["id"]), qa["question"], context,
                                             tuple(a["text"] for a in qa["answers"])))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: bad JSON, not UTF-8
         raise AppError(f"{path}: not a SQuAD v1.1 JSON file ({type(err).__name__}: {err})") from err
     if not examples:
         raise AppError(f"{path}: no questions in 'data'")

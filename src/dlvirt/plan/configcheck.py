@@ -130,7 +130,22 @@ def _hint(error: jsonschema.ValidationError, defs: dict[str, Any]) -> str:
 def check_schema(config: dict[str, Any], schema_path: Path) -> None:
     """The config against the schema, strictly typed; the first error as key: what (hint), not
     the whole schema."""
+    _check_against(config, yaml.safe_load(Path(schema_path).read_text()))
+
+
+def check_app_settings(app: str, settings: dict[str, Any], schema_path: Path) -> None:
+    """One app's section (``apps.<app>``, as ``python -m dlvirt dataset`` is given it) against its
+    part of the schema; ConfigError naming the key (``apps.ic.dataset.count``) otherwise."""
     schema = yaml.safe_load(Path(schema_path).read_text())
+    apps = schema["properties"]["apps"]["properties"]
+    if app not in apps:
+        raise ConfigError(f"apps.{app}: unknown app (one of {', '.join(apps)})")
+    _check_against({"apps": {app: settings}}, {"$defs": schema.get("$defs", {}), "type": "object",
+                                               "properties": {"apps": {"type": "object",
+                                                                       "properties": {app: apps[app]}}}})
+
+
+def _check_against(config: dict[str, Any], schema: dict[str, Any]) -> None:
     defs = schema.get("$defs", {})
     errors = list(_StrictValidator(schema).iter_errors(config))
     # a key that fails inside allOf also counts as unevaluated: report why it fails instead
@@ -149,29 +164,32 @@ def check_schema(config: dict[str, Any], schema_path: Path) -> None:
     raise ConfigError(f"{_key(path)}: {what}{_hint(error, defs)}")
 
 
-def _sha256_cached(path: Path, cache_file: Path | None) -> str:
-    """The file's sha256, recomputed only when its size or mtime changed since the cached one."""
+def _read_cache(cache_file: Path | None) -> dict[str, Any]:
+    if cache_file is None or not cache_file.is_file():
+        return {}
+    try:
+        cache = read_json(cache_file)
+    except ValueError:
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _sha256_cached(path: Path, cache: dict[str, Any]) -> str:
+    """The file's sha256, recomputed (and put into ``cache``) only when its size or mtime changed
+    since the cached one."""
     from dlvirt.apps.base import sha256_file
 
     stat = path.stat()
     key = str(path.resolve())
-    cache: dict[str, Any] = {}
-    if cache_file is not None and cache_file.is_file():
-        try:
-            cache = read_json(cache_file)
-        except ValueError:
-            cache = {}
     entry = cache.get(key)
     if entry and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
         return str(entry["sha256"])
     digest = sha256_file(path)
-    if cache_file is not None:
-        cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
-        write_json_atomic(cache_file, cache)
+    cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
     return digest
 
 
-def _check_file_with_checksum(section: dict[str, Any], key: str, cache_file: Path | None) -> None:
+def _check_file_with_checksum(section: dict[str, Any], key: str, cache: dict[str, Any]) -> None:
     path, want = section.get("path"), section.get("sha256")
     if path is None:
         if want:
@@ -181,7 +199,7 @@ def _check_file_with_checksum(section: dict[str, Any], key: str, cache_file: Pat
     if not file.is_file():
         raise ConfigError(f"{key}.path {path}: {'is not a file' if file.exists() else 'does not exist'}")
     if want:
-        got = _sha256_cached(file, cache_file)
+        got = _sha256_cached(file, cache)
         if got != want:
             raise ConfigError(f"{key}.path {path}: sha256 {got} does not match {key}.sha256 {want}")
 
@@ -206,7 +224,16 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
     """Every path the config names (for the study's apps and planned platforms) exists and is the
     right kind; weights and vocab match their checksums; ``study.memory`` is at least docker's
     minimum and, as each planned platform takes it (a guest adds its overhead), fits ``host_memory``
-    (bytes, None = not checked: planning for another machine)."""
+    (bytes, None = not checked: planning for another machine). The checksums computed go into
+    ``cache_file`` only when every check passed: a refused config writes nothing."""
+    cache = _read_cache(cache_file)
+    known = dict(cache)
+    _check_inputs(config, cache, host_memory)
+    if cache_file is not None and cache != known:
+        write_json_atomic(cache_file, cache)
+
+
+def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: int | None) -> None:
     from dlvirt.apps import app_class
     from dlvirt.platforms import CLASSES as PLATFORM_CLASSES
     from dlvirt.platforms.guestimage import IMAGE_FILES
@@ -218,9 +245,9 @@ def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_me
             why = app_class(app).dataset_path_problem(Path(dataset))
             if why:
                 raise ConfigError(f"apps.{app}.dataset.path {dataset}: {why}")
-        _check_file_with_checksum(settings.get("weights", {}), f"apps.{app}.weights", cache_file)
+        _check_file_with_checksum(settings.get("weights", {}), f"apps.{app}.weights", cache)
         if "vocab" in settings:
-            _check_file_with_checksum(settings["vocab"], f"apps.{app}.vocab", cache_file)
+            _check_file_with_checksum(settings["vocab"], f"apps.{app}.vocab", cache)
         bounds = settings["dataset"].get("lines_per_sample")
         if bounds and bounds["min"] > bounds["max"]:
             raise ConfigError(f"apps.{app}.dataset.lines_per_sample: min {bounds['min']} > max {bounds['max']}")
