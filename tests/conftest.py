@@ -124,3 +124,8 @@ def run_one_job(workdir: Path, app: str, scenario: str, tool: str = "mlperf") ->
     target = f"results/runs/{tool}/{app}/{scenario}/1.json"
     snakemake(workdir, target, "--configfile", str(path))
     return config, json.loads((workdir / target).read_text())
+
+
+# headless Chromium as the tests of the HTML pages run it (test_report, test_compare)
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--virtual-time-budget=20000"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import smoke_config, write_config, write_plan
+from conftest import CHROMIUM_FLAGS, smoke_config, write_config, write_plan
 from dlvirt.analysis.catalog import FIGURES
 from dlvirt.analysis.claims import write_claims
 from dlvirt.analysis.report import write_report
@@ -78,8 +78,6 @@ def test_report_is_self_contained(built):
         in html
 
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--virtual-time-budget=20000"]
 # Added to a copy of the report only: after load, record each image's decoded size in the DOM.
 IMAGE_PROBE = """<script>window.addEventListener("load", () => { document.body.setAttribute("data-images",
   JSON.stringify([...document.images].map(i => [i.alt.split(":")[0], i.complete, i.naturalWidth, i.naturalHeight])));

@@ -54,6 +54,7 @@ _SSH_KEYS = ("ssh", "workdir", "python")
 
 def _exit_code(err: Exception) -> int | None:
     """The exit status of a known error, None for an unexpected one (which keeps its traceback)."""
+    from dlvirt.analysis.compare import CompareError
     from dlvirt.apps.base import AppError
     from dlvirt.core.errors import ConfigError
     from dlvirt.core.records import RecordError
@@ -64,7 +65,7 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.system.cgroups import CgroupError
     from dlvirt.system.engines import EngineError
 
-    if isinstance(err, (UsageError, ConfigError, RecordError, FileNotFoundError, IsADirectoryError,
+    if isinstance(err, (UsageError, ConfigError, RecordError, CompareError, FileNotFoundError, IsADirectoryError,
                         NotADirectoryError)):
         return EXIT_INPUT
     if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
@@ -313,6 +314,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from dlvirt.analysis.compare import EXIT_SLOWER, SLOWER, run
+
+    table = run(Path(args.a), Path(args.b), Path(args.out), args.margin)
+    for row in table.itertuples():
+        ratio = "" if row.ratio != row.ratio else f" B/A {row.ratio:.3g}"
+        interval = "" if row.low90 != row.low90 else f" [90 % CI {row.low90:.3g}, {row.high90:.3g}]"
+        why = f" ({row.why})" if row.why else ""
+        print(f"{row.tool} {row.app} {row.scenario}: {row.verdict}{ratio}{interval}{why}")
+    print(f"written: {Path(args.out) / 'compare.csv'}, {Path(args.out) / 'compare.html'}")
+    return EXIT_SLOWER if (table["verdict"] == SLOWER).any() else 0
+
+
 def _cmd_cpus(args: argparse.Namespace) -> int:
     import os
 
@@ -492,6 +506,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True)
     p.add_argument("figures", nargs="*", help="figure PNGs, named <figure id>.png")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("compare", help="compare two finished studies' results folders, B against A (exit 1 when "
+                                       "some scenario is significantly slower in B beyond the margin)")
+    p.add_argument("a", help="results folder of study A (summary.csv, host.json, runs/)")
+    p.add_argument("b", help="results folder of study B")
+    p.add_argument("--out", default="compare", help="folder for compare.csv and compare.html (default: compare)")
+    p.add_argument("--margin", type=float, default=0.05, help="relative margin for alike / minimum effect (0.05)")
+    p.set_defaults(func=_cmd_compare)
 
     args = parser.parse_args(argv)
     if getattr(args, "retry_wait_s", 0) > 0:

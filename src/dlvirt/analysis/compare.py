@@ -1,0 +1,328 @@
+"""``dlvirt compare A B``: the same scenarios in two finished studies (two results folders), B against A.
+
+Scenarios are matched by tool, app, scenario name, site and VMM. A pair is compared only if it ran
+the same workload: tool, dataset source and size, model and its size, and weights kind must agree;
+otherwise it is refused with the reason (so is a scenario that only one study has).
+
+Each study keeps its own launch-level model (``dlvirt.analysis.model``: log launch mean ~ scenario
++ round, residual variance pooled over the study's group of rows), so the round blocks stay within
+their study; a scenario's log B/A is B's cell minus A's cell, the two independent contrasts
+combined with Welch–Satterthwaite degrees of freedom (``model.combine``). The two studies ran at
+different times, so B/A includes whatever differs between them: the host, engine, kernel and code
+differences listed beside it ("could explain it").
+
+Verdict, δ = log(B/A), margin m = log(1 + margin), Holm's correction over the compared scenarios
+for each family of tests (``claims.verdicts.holm``), each test one-sided at ``ALPHA``:
+
+- *slower*: B/A > 1 significantly (t-test against 0, Holm) and the estimated slow-down is larger
+  than the margin (the minimum effect, as Firecracker's ``tools/ab_test.py`` requires both);
+- *faster*: the mirror image;
+- *alike*: TOST within ±margin (Holm);
+- *inconclusive*: none of these, with the smallest effect the comparison could have detected, or
+  why it could not test at all (a scenario of one launch in either study is never evidence).
+
+The exit status is ``EXIT_SLOWER`` when some scenario is slower, for CI.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlvirt.analysis.claims.study import MIN_LAUNCHES, ONE_LAUNCH, launch_count
+from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN, holm
+from dlvirt.analysis.model import NO_CONTRAST, Contrast, Model, combine, group_keys, launches
+from dlvirt.analysis.rows import emulated, load_summary, with_site
+from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core.records import JobResult, RecordError
+
+FORMAT = 1  # the compare CSV's format version (its ``format`` column)
+SLOWER, FASTER, ALIKE, INCONCLUSIVE, REFUSED = "slower", "faster", "alike", "inconclusive", "not comparable"
+EXIT_SLOWER = 1
+MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in both studies
+# what must agree for two rows to measure the same workload, and how a refusal names it
+WORKLOAD = {"tool": "tool", "dataset_source": "dataset source", "samples": "dataset size (samples per run)",
+            "model": "model", "reference_model": "model size (reference or stand-in)", "weights": "weights kind"}
+COLUMNS = ["format", *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_slower", "p_faster", "p_alike",
+           "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why"]
+TEMPLATE = Path(__file__).parent / "templates" / "compare.html.j2"
+
+
+class CompareError(ValueError):
+    """A results folder that cannot be compared (missing or unreadable summary); names the file."""
+
+
+@dataclass
+class Results:
+    """One finished study's results folder: its summary, host facts and run records."""
+
+    path: Path
+    summary: pd.DataFrame
+    host: dict[str, Any]
+    records: list[JobResult] = field(default_factory=list)
+
+
+def load(folder: Path) -> Results:
+    """The results folder ``folder`` (``summary.csv``, ``host.json``, ``runs/``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CompareError(f"{folder}: not a results folder (no such directory)")
+    summary_path = folder / "summary.csv"
+    if not summary_path.is_file():
+        raise CompareError(f"{summary_path}: missing; is {folder} the results folder of a finished study?")
+    try:
+        summary = load_summary(summary_path)
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise CompareError(f"{summary_path}: not a summary CSV ({err})") from None
+    missing = [c for c in ("tool", "app", "scenario", "mean_s") if c not in summary] if not summary.empty else []
+    if summary.empty or missing:
+        raise CompareError(f"{summary_path}: no summary rows" + (f" (lacks {', '.join(missing)})" if missing else ""))
+    host_path = folder / "host.json"
+    host = read_json(host_path) if host_path.is_file() else {}
+    try:
+        records = [JobResult.read(p) for p in sorted((folder / "runs").rglob("*.json"))]
+    except (RecordError, ValueError) as err:
+        raise CompareError(f"{folder / 'runs'}: {err}") from None
+    frame = with_site(summary)
+    if "vmm" not in frame:
+        frame["vmm"] = None
+    frame["vmm"] = frame["vmm"].where(frame["vmm"].notna(), "")
+    frame["emulated"] = emulated(frame)
+    return Results(folder, frame.reset_index(drop=True), host, records)
+
+
+def _models(frame: pd.DataFrame) -> tuple[pd.Series, dict[str, Model]]:
+    """Each row's pooling group and one model per group (the study's own model)."""
+    keys = group_keys(frame)
+    return keys, {str(k): Model(launches(frame[keys == k])) for k in keys.unique()}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if pd.isna(a) and pd.isna(b):
+        return True
+    return str(a) == str(b)
+
+
+def refusal(a: pd.Series, b: pd.Series) -> str:
+    """Why rows ``a`` and ``b`` do not measure the same workload ("" if they do)."""
+    why = [f"{label}: A {a.get(col)}, B {b.get(col)}" for col, label in WORKLOAD.items()
+           if col in a and col in b and not _same(a[col], b[col])]
+    if bool(a["emulated"]) != bool(b["emulated"]):
+        why.append(f"acceleration: A {a.get('accel')}, B {b.get('accel')} (emulated is never set beside hardware)")
+    return "; ".join(why)
+
+
+def _weak(row: pd.Series, count: int, study: str) -> str:
+    if count == 0:
+        return f"{study}: no launch means recorded"
+    if count < MIN_LAUNCHES:
+        return f"{study}: {ONE_LAUNCH}"
+    if str(row.get("loadgen_valid")).lower() in ("false", "0"):
+        return f"{study}: LoadGen INVALID"
+    return ""
+
+
+@dataclass(frozen=True)
+class Pair:
+    key: tuple[Any, ...]
+    a: Hashable | None
+    b: Hashable | None
+    contrast: Contrast = NO_CONTRAST
+    why: str = ""  # why it is refused, or why it is no evidence
+    refused: bool = False
+
+
+def pairs(a: Results, b: Results) -> list[Pair]:
+    """Every scenario of either study, matched by ``MATCH``, with its B − A contrast or why not."""
+    index_a = {tuple(r[c] for c in MATCH): i for i, r in a.summary.iterrows()}
+    index_b = {tuple(r[c] for c in MATCH): i for i, r in b.summary.iterrows()}
+    groups_a, models_a = _models(a.summary)
+    groups_b, models_b = _models(b.summary)
+    count_a, count_b = launch_count(a.summary), launch_count(b.summary)
+    out = []
+    for key in sorted(set(index_a) | set(index_b), key=lambda k: tuple(str(v) for v in k)):
+        ia, ib = index_a.get(key), index_b.get(key)
+        if ia is None or ib is None:
+            out.append(Pair(key, ia, ib, why=f"only in {'B' if ia is None else 'A'}", refused=True))
+            continue
+        ra, rb = a.summary.loc[ia], b.summary.loc[ib]
+        why = refusal(ra, rb)
+        if why:
+            out.append(Pair(key, ia, ib, why=why, refused=True))
+            continue
+        weak = "; ".join(w for w in (_weak(ra, int(count_a[ia]), "A"), _weak(rb, int(count_b[ib]), "B")) if w)
+        ca = models_a[str(groups_a[ia])].cell(ia)
+        cb = models_b[str(groups_b[ib])].cell(ib)
+        contrast = combine([(1.0, cb), (-1.0, ca)])
+        if not contrast.testable and not weak:
+            weak = "no interval (no residual degrees of freedom or zero spread)"
+        if not contrast.testable and math.isfinite(ca.log) and math.isfinite(cb.log):
+            contrast = Contrast(cb.log - ca.log, math.nan, math.nan)  # the point estimate, no test
+        out.append(Pair(key, ia, ib, contrast, weak))
+    return out
+
+
+def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
+    """One row per scenario of either study: its verdict, B/A ratio and 90 % interval, p-values."""
+    found = pairs(a, b)
+    m = math.log1p(margin)
+    # the family: the comparable scenarios with enough launches in both studies
+    tested = [p for p in found if not p.refused and not p.why]
+    p_slower = holm([p.contrast.p_above(0.0) for p in tested])
+    p_faster = holm([p.contrast.p_below(0.0) for p in tested])
+    p_alike = holm([max(p.contrast.p_above(-m), p.contrast.p_below(m)) for p in tested])
+    adjusted = {p.key: (s, f, e) for p, s, f, e in zip(tested, p_slower, p_faster, p_alike, strict=True)}
+    count_a, count_b = launch_count(a.summary), launch_count(b.summary)
+    rows = []
+    for p in found:
+        ra = a.summary.loc[p.a] if p.a is not None else None
+        rb = b.summary.loc[p.b] if p.b is not None else None
+        s, f, e = adjusted.get(p.key, (math.nan, math.nan, math.nan))
+        verdict, why = (REFUSED if p.refused else INCONCLUSIVE), p.why
+        if p.key in adjusted:
+            ratio = p.contrast.ratio
+            if s < ALPHA and ratio > 1 + margin:
+                verdict = SLOWER
+            elif f < ALPHA and ratio < 1 / (1 + margin):
+                verdict = FASTER
+            elif e < ALPHA:
+                verdict = ALIKE
+            elif s < ALPHA or f < ALPHA:
+                why = f"a significant difference, but smaller than the margin ±{margin:.0%} and not shown within it"
+            else:
+                why = f"undecided; the smallest effect it could detect: ±{p.contrast.half_width():.1%}"
+        low, high = p.contrast.bounds()
+        rows.append({"format": FORMAT, **dict(zip(MATCH, p.key, strict=True)), "verdict": verdict,
+                     "ratio": p.contrast.ratio, "low90": low, "high90": high, "df": p.contrast.df,
+                     "p_slower": s, "p_faster": f, "p_alike": e,
+                     "launches_a": int(count_a[p.a]) if p.a is not None else 0,
+                     "launches_b": int(count_b[p.b]) if p.b is not None else 0,
+                     "mean_a_s": ra["mean_s"] if ra is not None else math.nan,
+                     "mean_b_s": rb["mean_s"] if rb is not None else math.nan, "why": why})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _engines(host: dict[str, Any]) -> dict[str, Any]:
+    return {f"engine {name}": (facts or {}).get("version") for name, facts in (host.get("engines") or {}).items()}
+
+
+def _versions(records: list[JobResult]) -> dict[str, str]:
+    """The package versions the jobs recorded (several: all of them)."""
+    seen: dict[str, set[str]] = {}
+    for record in records:
+        for name, version in (record.versions or {}).items():
+            seen.setdefault(name, set()).add(str(version))
+    return {f"package {name} (run records)": ", ".join(sorted(v)) for name, v in seen.items()}
+
+
+def facts(results: Results) -> dict[str, Any]:
+    """What about a study's machine and code could change its times."""
+    h = results.host
+    caps = h.get("capabilities") or {}
+    frame = results.summary
+    return {
+        "host": h.get("hostname"),
+        "CPU model": h.get("cpu_model"),
+        "usable cores": caps.get("cores"),
+        "sockets": h.get("sockets"),
+        "memory GiB": round(h["memory_bytes"] / 2**30, 1) if h.get("memory_bytes") else None,
+        "OS": h.get("os"),
+        "kernel": h.get("kernel"),
+        "cgroup version": caps.get("cgroup_version"),
+        "python": h.get("python"),
+        "hardware (summary)": ", ".join(sorted(set(frame["hardware"].astype(str)))) if "hardware" in frame else None,
+        "code version": ", ".join(sorted(set(frame["code_version"].astype(str)))) if "code_version" in frame else None,
+        "threads policy": ", ".join(sorted(set(frame["threads_policy"].astype(str))))
+        if "threads_policy" in frame else None,
+        **_engines(h),
+        **{f"package {k}": v for k, v in (h.get("packages") or {}).items()},
+        **_versions(results.records),
+    }
+
+
+def differences(a: Results, b: Results) -> list[tuple[str, str, str]]:
+    """(what, A's, B's) for each fact that differs between the two studies."""
+    fa, fb = facts(a), facts(b)
+    out = []
+    for name in dict.fromkeys([*fa, *fb]):
+        va, vb = fa.get(name), fb.get(name)
+        if str(va) != str(vb):
+            out.append((name, "not recorded" if va is None else str(va), "not recorded" if vb is None else str(vb)))
+    return out
+
+
+def figure_svg(table: pd.DataFrame, margin: float) -> str:
+    """The B/A ratios with their 90 % intervals and the margin band, as inline SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = table[table["ratio"].notna()].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(shown), 2) + 1.2))
+    colours = {SLOWER: "#c0392b", FASTER: "#2471a3", ALIKE: "#27ae60", INCONCLUSIVE: "#b9770e"}
+    ax.axvspan(1 / (1 + margin), 1 + margin, color="#dddddd", label=f"alike within ±{margin:.0%}")
+    ax.axvline(1.0, color="#555555", linewidth=0.8)
+    for y, row in shown.iterrows():
+        colour = colours.get(row["verdict"], "#777777")
+        if math.isfinite(row["low90"]):
+            ax.plot([row["low90"], row["high90"]], [y, y], color=colour, linewidth=2)
+        ax.plot([row["ratio"]], [y], "o", color=colour)
+    ax.set_yticks(range(len(shown)), [f"{r.tool} {str(r.app).upper()} {r.scenario}" for r in shown.itertuples()])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("B/A time ratio (log scale; > 1: B slower), 90 % interval")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg")
+    plt.close(fig)
+    svg = buffer.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def render(a: Results, b: Results, table: pd.DataFrame, margin: float) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    shown = table.assign(ratio=table["ratio"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"),
+                         interval=[("" if pd.isna(lo) else f"{lo:.3g} – {hi:.3g}")
+                                   for lo, hi in zip(table["low90"], table["high90"], strict=True)])
+    return env.get_template(TEMPLATE.name).render(
+        a=a.path, b=b.path, margin=f"{margin:.0%}", alpha=ALPHA, format=FORMAT,
+        generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), version=metadata.version("dlvirt"),
+        figure=markup(figure_svg(table, margin)) if table["ratio"].notna().any() else "",
+        rows=shown.to_dict("records"), differences=differences(a, b),
+        counts=table["verdict"].value_counts().to_dict())
+
+
+def markup(svg: str) -> Any:
+    import markupsafe
+
+    return markupsafe.Markup(svg)
+
+
+def run(folder_a: Path, folder_b: Path, out: Path, margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
+    """Compare, write ``compare.csv`` and ``compare.html`` under ``out``; CompareError when nothing
+    could be compared (the outputs are written first, with every refusal)."""
+    if not margin > 0:
+        raise CompareError(f"--margin {margin}: a positive relative margin is needed (0.05 is 5 %)")
+    a, b = load(folder_a), load(folder_b)
+    table = compare(a, b, margin)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "compare.csv", table.to_csv(index=False))
+    write_text_atomic(out / "compare.html", render(a, b, table, margin))
+    if (table["verdict"] == REFUSED).all():
+        reasons = "; ".join(f"{r.app} {r.scenario}: {r.why}" for r in table.head(6).itertuples())
+        raise CompareError(f"{folder_a} and {folder_b}: no scenario is comparable ({reasons})")
+    return table

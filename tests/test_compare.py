@@ -1,0 +1,153 @@
+"""``dlvirt compare``: two results folders built from the fixture run record through the real summary
+code (``aggregate.write_summary``), compared through the CLI."""
+
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import CHROMIUM_FLAGS
+from dlvirt.analysis.aggregate import write_summary
+from dlvirt.analysis.compare import ALIKE, INCONCLUSIVE, REFUSED, SLOWER
+from dlvirt.cli import main
+from dlvirt.core.records import JobResult
+from dlvirt.core.scenario import Scenario
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TEMPLATE = JobResult.read(FIXTURES / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
+SCENARIOS = [Scenario("BM", 1, "VNL", "CPU"), Scenario("CN", 1, "VNL", "CPU")]
+LAUNCHES, REPS = 4, 3
+
+
+def study(folder: Path, scale: dict[str, float] | None = None, model: dict[str, str] | None = None,
+          launches: int = LAUNCHES, seed: int = 0) -> Path:
+    """A results folder: run records (launch means spread ~1.5 %, round by round), summary, host facts.
+    ``scale`` multiplies a scenario's times; ``model`` replaces a scenario's model name."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for scenario in SCENARIOS:
+        for replicate in range(1, launches + 1):
+            level = 0.75 * (1.0 + 0.015 * rng.standard_normal()) * (scale or {}).get(scenario.name, 1.0)
+            runs = [dataclasses.replace(TEMPLATE.runs[0], repetition=i,
+                                        e2e_s=float(level * (1.0 + 0.01 * rng.standard_normal())))
+                    for i in range(REPS)]
+            record = dataclasses.replace(
+                TEMPLATE, scenario=scenario, scenario_name=scenario.name, replicate=replicate, runs=runs,
+                run_id=f"{scenario.platform}-{replicate}-{seed}",
+                platform={**TEMPLATE.platform, "platform": scenario.platform},
+                model={**TEMPLATE.model, **((model or {}).get(scenario.name) and
+                                            {"model": (model or {})[scenario.name]} or {})})
+            s = scenario
+            path = folder / "runs" / "mlperf" / "ic" / s.platform / str(s.cores) / s.pinning / s.processor / \
+                f"{replicate}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            record.write(path)
+            paths.append(path)
+    write_summary(paths, folder / "summary.csv")
+    shutil.copy(FIXTURES / "host_full.json", folder / "host.json")
+    return folder
+
+
+def verdicts(out: Path) -> dict[str, str]:
+    table = pd.read_csv(out / "compare.csv")
+    return dict(zip(table["scenario"], table["verdict"], strict=True))
+
+
+def test_the_same_study_twice_is_alike_or_inconclusive(tmp_path, capsys):
+    a = study(tmp_path / "a")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    found = verdicts(tmp_path / "out")
+    assert set(found) == {s.name for s in SCENARIOS}
+    assert set(found.values()) <= {ALIKE, INCONCLUSIVE}, found
+    assert "B/A 1 " in capsys.readouterr().out
+
+
+def test_a_scenario_slowed_by_30_percent_is_slower_and_fails_ci(tmp_path, capsys):
+    a = study(tmp_path / "a")
+    b = study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.3}, seed=1)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
+    found = verdicts(tmp_path / "out")
+    assert found["CN/1/VNL/CPU"] == SLOWER
+    assert found["BM/1/VNL/CPU"] != SLOWER
+    table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
+    cn = table.loc["CN/1/VNL/CPU"]
+    assert cn["low90"] < 1.3 < cn["high90"] and cn["low90"] > 1.05
+    assert table["format"].eq(1).all()
+
+
+def test_a_different_model_is_refused_with_the_reason(tmp_path):
+    a = study(tmp_path / "a")
+    b = study(tmp_path / "b", model={"CN/1/VNL/CPU": "ResNet18"})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
+    assert table.loc["CN/1/VNL/CPU", "verdict"] == REFUSED
+    assert "model: A ResNet50, B ResNet18" in table.loc["CN/1/VNL/CPU", "why"]
+    assert table.loc["BM/1/VNL/CPU", "verdict"] != REFUSED
+
+
+def test_nothing_comparable_is_bad_input_naming_both_folders(tmp_path, capsys):
+    a = study(tmp_path / "a")
+    b = study(tmp_path / "b", model={s.name: "ResNet18" for s in SCENARIOS})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "no scenario is comparable" in err and str(a) in err and "model: A ResNet50" in err
+
+
+def test_one_launch_is_never_evidence(tmp_path):
+    a = study(tmp_path / "a", launches=1)
+    b = study(tmp_path / "b", launches=1, scale={"CN/1/VNL/CPU": 2.0})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    table = pd.read_csv(tmp_path / "out" / "compare.csv")
+    assert table["verdict"].eq(INCONCLUSIVE).all()
+    assert table["why"].str.contains("a single launch").all()
+
+
+def test_a_folder_without_a_summary_is_named(tmp_path, capsys):
+    a = study(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    assert main(["compare", str(a), str(tmp_path / "b"), "--out", str(tmp_path / "out")]) == 2
+    assert f"{tmp_path / 'b' / 'summary.csv'}: missing" in capsys.readouterr().err
+
+
+def test_the_html_page_is_self_contained_and_lists_differences(tmp_path):
+    a = study(tmp_path / "a")
+    b = study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.3}, seed=1)
+    host = json.loads((b / "host.json").read_text())
+    host["kernel"] = "6.19.0-other"
+    (b / "host.json").write_text(json.dumps(host))
+    main(["compare", str(a), str(b), "--out", str(tmp_path / "out")])
+    html = (tmp_path / "out" / "compare.html").read_text()
+    assert "<svg" in html and "CN/1/VNL/CPU" in html
+    assert "6.19.0-other" in html and "6.18.44-fc-v657" in html
+    # nothing fetched from elsewhere: no external scripts, stylesheets or images
+    assert "<script" not in html and "<link" not in html and "src=\"http" not in html
+
+
+# Added to a copy of the page only: after load, record the figure's drawn size in the DOM.
+SVG_PROBE = """<script>window.addEventListener("load", () => { const b = document.querySelector("figure svg")
+  .getBoundingClientRect(); document.body.setAttribute("data-svg", `${Math.round(b.width)}x${Math.round(b.height)}`);
+});</script>"""
+
+
+def test_the_html_page_renders_in_chromium(tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (setup.sh installs it)")
+    a = study(tmp_path / "a")
+    b = study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.3}, seed=1)
+    main(["compare", str(a), str(b), "--out", str(tmp_path / "out")])
+    probed = tmp_path / "probed.html"
+    probed.write_text((tmp_path / "out" / "compare.html").read_text().replace("</body>", SVG_PROBE + "</body>"))
+    proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                           probed.as_uri()], capture_output=True, text=True, timeout=120)
+    match = re.search(r'data-svg="(\d+)x(\d+)"', proc.stdout)
+    assert match, f"no figure probe in Chromium's DOM (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    assert int(match.group(1)) >= 400 and int(match.group(2)) >= 100
