@@ -26,6 +26,7 @@ from dlvirt.core import variance
 from dlvirt.core.machinetime import launch_cost_s, repetition_s
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
+from dlvirt.plan.planner import kinds
 
 ALPHA = 0.05          # per one-sided test: 90 % intervals
 EFFECTS = (0.10, 0.20)  # true effects the power is shown for
@@ -123,8 +124,9 @@ def _pinning(s: Scenario) -> tuple[str, Scenario] | None:
     return (s.platform, Scenario(s.platform, s.cores, "VNL", s.processor)) if s.pinning == "PIN" else None
 
 
-def _against_bm(s: Scenario) -> tuple[str, Scenario] | None:
-    return None if s.platform == "BM" else (s.platform, Scenario("BM", s.cores, s.pinning, s.processor))
+def _against_baseline(s: Scenario) -> tuple[str, Scenario] | None:
+    baseline = kinds().baseline
+    return None if s.platform == baseline else (s.platform, Scenario(baseline, s.cores, s.pinning, s.processor))
 
 
 def _gpu(s: Scenario) -> tuple[str, Scenario] | None:
@@ -133,7 +135,7 @@ def _gpu(s: Scenario) -> tuple[str, Scenario] | None:
 
 FAMILIES = (
     ("pinning", "PIN vs VNL", _pinning),
-    ("cn_overhead_chr, no_idle_cores, cn_cheapest_chr1, mvm_like_vm", "platform vs BM", _against_bm),
+    ("cn_overhead_chr, no_idle_cores, cn_cheapest_chr1, mvm_like_vm", "platform vs bare metal", _against_baseline),
     ("gpu_speedup", "GPU vs CPU", _gpu),
 )
 
