@@ -209,6 +209,11 @@ class App(ABC):
         """Set framework threads from ``self.threads``, build the model, load weights: the configured
         ones, else ``initial_weights``, else a seeded random initialisation."""
 
+    @abstractmethod
+    def first_call(self) -> None:
+        """The framework's one-time set-up on the loaded model before any repetition (TensorFlow
+        traces its function); the launch counts it with its warm-ups, apart from the model load."""
+
     # -- the weights resource (rule weights: built once per app, model settings and seed) ------
     @classmethod
     def weights_tag(cls, settings: dict[str, Any]) -> str:

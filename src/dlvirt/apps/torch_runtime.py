@@ -147,6 +147,9 @@ class TorchModelApp(App):
     def save_weights(self, path: Path) -> None:
         save_module(self.model, path)
 
+    def first_call(self) -> None:
+        """Nothing to set up: PyTorch runs eagerly."""
+
     def gpu_state(self) -> dict[str, Any]:
         return gpu_state(self.model)
 

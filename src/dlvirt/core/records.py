@@ -251,7 +251,8 @@ class HarnessOutput(Record):
     stack: dict[str, Any] | None = None  # the Python stack the harness ran on (hostinfo.python_stack)
     code: dict[str, Any] | None = None   # the code that measured (core.codeversion)
     # framework_import_s; ready_unix and ready_uptime_s (wall clock, kernel uptime) when the framework
-    # was imported and the model load began; warmup_s, counted_s: wall time of those repetitions
+    # was imported and the model load began; first_call_s (App.first_call); warmup_s (first_call_s
+    # and the warm-up repetitions), counted_s: wall time
     timeline: dict[str, float] | None = None
 
 
@@ -290,7 +291,8 @@ class JobResult(Record):
     # What the launch cost, split (run.runner.launch_split): startup_s (weights check, provisioning,
     # process, container or boot, imports, up to the model load), model_load_s, warmup_s, counted_s
     # (the counted repetitions) and other_s (writing results, teardown), which add up to total_s;
-    # of the start-up: framework_import_s, weights_check_s. Absent in older results.
+    # of the start-up: framework_import_s, weights_check_s; of the warm-up: first_call_s (the
+    # framework's one-time set-up, App.first_call). Absent in older results.
     launch_s: dict[str, float] | None = None
 
 

@@ -79,7 +79,7 @@ def launch_split(harness: HarnessOutput, startup_s: float | None, total_s: float
              "counted_s": timeline["counted_s"]}
     return {**{k: round(v, 4) for k, v in parts.items()}, "other_s": round(total_s - sum(parts.values()), 4),
             "total_s": round(total_s, 4), "framework_import_s": round(timeline["framework_import_s"], 4),
-            "weights_check_s": round(weights_check_s, 4)}
+            "weights_check_s": round(weights_check_s, 4), "first_call_s": round(timeline["first_call_s"], 4)}
 
 
 def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
