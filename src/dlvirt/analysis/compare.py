@@ -265,6 +265,7 @@ def figure_svg(table: pd.DataFrame, margin: float) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     shown = table[table["ratio"].notna()].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(shown), 2) + 1.2))
@@ -277,10 +278,14 @@ def figure_svg(table: pd.DataFrame, margin: float) -> str:
             ax.plot([row["low90"], row["high90"]], [y, y], color=colour, linewidth=2)
         ax.plot([row["ratio"]], [y], "o", color=colour)
     ax.set_yticks(range(len(shown)), [f"{r.tool} {str(r.app).upper()} {r.scenario}" for r in shown.itertuples()])
-    ax.invert_yaxis()
+    ax.set_ylim(len(shown) - 0.5, -0.5)  # first scenario on top, none at the frame's edge
     ax.set_xscale("log")
+    plain = FormatStrFormatter("%.3g")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("B/A time ratio (log scale; > 1: B slower), 90 % interval")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg")
