@@ -118,3 +118,28 @@ job.kill()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert out.split() == [str(-signal.SIGTERM), "None"], out
+
+
+UNHELD = """
+import time
+from dlvirt.core.signals import stop_on_signals
+stop_on_signals()
+try:
+    print('ready', flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:
+    try:
+        time.sleep(1.5)  # the teardown the first signal started, not yet held
+        print('teardown done', flush=True)
+    except SystemExit as exc:
+        print(f'teardown cut by {exc.code}', flush=True)
+"""
+
+
+def test_a_second_different_stop_signal_does_not_cut_the_teardown_the_first_began():
+    proc = _start(UNHELD)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out.splitlines() == ["teardown done"]

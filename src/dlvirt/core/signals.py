@@ -25,14 +25,28 @@ from types import FrameType
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
+_stopping: list[int] = []  # the stop signal this process is acting on, once one has landed
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    # Ctrl-C under Snakemake delivers SIGINT and the forwarded SIGTERM at once. The second, different
+    # signal is the same stop: raising it would cut the teardown the first one started at whatever
+    # line it has reached (before its steps are held, or inside a library's locked section). The same
+    # signal again is someone insisting, and is raised again.
+    if _stopping and signum != _stopping[0]:
+        return
+    _stopping[:] = [signum]
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(128 + signum)
 
 
 def stop_on_signals() -> None:
-    """SIGINT raises KeyboardInterrupt and SIGTERM SystemExit(143), even where they were ignored."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _terminate)
+    """SIGINT raises KeyboardInterrupt and SIGTERM SystemExit(143), even where they were ignored;
+    a different stop signal after the first is the same stop and raises nothing."""
+    _stopping.clear()
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, _stop)
 
 
 @contextlib.contextmanager
