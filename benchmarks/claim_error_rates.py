@@ -3,7 +3,7 @@
 
 For each config given, its design (``study.replicates`` launches per scenario, ``study.repetitions``
 counted repetitions per launch; an adaptive count is taken at its minimum) is simulated with the
-README's variance components (within a launch 7 %, between launches 8.6 %, round drift 3 %; log
+variance components of docs/statistics.md (within a launch 7 %, between launches 8.6 %, round drift 3 %; log
 scale) on the pinning claim's matrix (BM and CN × IC and NLP × {VNL, PIN}), through the real
 summary, model and claim code (``dlvirt.analysis.claims.simulate``). Prints a Markdown table: the share
 of studies whose verdict is wrong at no gain and at a gain as large as the margin, the power at

@@ -142,7 +142,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 
 def adapt_profile(workdir: Path, cluster: Cluster) -> None:
-    """What a site edits in profiles/slurm (README): here, benchmark nodes with this host's CPUs."""
+    """What a site edits in profiles/slurm (docs/clusters-and-edge.md): here, benchmark nodes with this host's CPUs."""
     path = workdir / PROFILE
     profile = yaml.safe_load(path.read_text())
     profile["set-resources"]["benchmark"].update(cpus_per_task=cluster.cpus, mem_mb=4000)

@@ -7,8 +7,9 @@ interleaved rounds. A repetition's time is
 
     base · exp(effect if PIN) · exp(round drift) · exp(between-launch) · exp(within-launch)
 
-with normal log-scale terms of SDs ``drift``, ``between`` and ``within`` (the README's measured
-components: within a launch ~7 %, between launches ~8.6 %). The launches become run records (a
+with normal log-scale terms of SDs ``drift``, ``between`` and ``within`` (the measured components in
+docs/statistics.md "Error rates, proven by simulation": within a launch ~7 %, between launches
+~8.6 %). The launches become run records (a
 recorded one's structure, its timings replaced), the summary is built by
 ``dlvirt.analysis.aggregate.summarise_launches`` and the claim decided by
 ``dlvirt.analysis.claims``. With effect 0 the claim "PIN is faster" is false, so ``holds`` is a
