@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dlvirt.analysis.columns import COLUMNS, KEY_COLUMNS, read_summary
 from dlvirt.analysis.model import model_columns
 from dlvirt.analysis.stats import Estimate, estimate, trend
 from dlvirt.core import codeversion, variance
@@ -32,18 +33,6 @@ from dlvirt.core.records import JobResult, Repetition, read_run_records
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.system.hostinfo import hardware_label
 
-KEY_COLUMNS = ["tool", "app", "platform", "cores", "pinning", "processor", "site"]
-COLUMNS = KEY_COLUMNS + [
-    "scenario", "vmm", "replicates", "reps", "min_reps", "outliers", "outlier_reps", "mean_s", "ci95_s", "ci_n",
-    "std_s", "within_sd_s", "between_sd_s", "round_means_s", "round_medians_s", "launch_rounds", "launch_nodes",
-    "launch_boot_s", "drift_p", "median_s", "iqr_s", "invalid", "pre_s", "infer_s", "post_s", "pre_cpu_s",
-    "infer_cpu_s", "post_cpu_s", "stall_s", "throttled_pct", "throttled_s", "steal_pct",
-    "ctx_switches", "samples", "samples_per_s", "loadgen_valid", "accel", "boot_s", "threads_policy", "threads",
-    "pipeline", "dataset_source", "model", "reference_model", "weights", "host", "hardware", "gpu", "gpu_util_pct",
-    "gpu_mem_mib", "sockets", "numa_nodes", "memory_mib", "max_rss_mib", "code_version", "host_virtualization",
-    # a launch's machine time, split (JobResult.launch_s): the mean per launch, and the counted share
-    *(f"launch_{part}" for part in LAUNCH_PARTS), "launch_total_s", "counted_share",
-]
 NO_ESTIMATE = Estimate(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan)
 
 
@@ -262,7 +251,7 @@ def write_summary(paths: list[Path], output: Path, allow_mixed_code: bool = Fals
 
 
 def concat_summaries(paths: list[Path], output: Path) -> None:
-    frames = [pd.read_csv(p) for p in paths]
+    frames = [read_summary(p) for p in paths]
     frames = [f for f in frames if not f.empty]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     # every row's interval from the study's model too, beside its own launch-only one

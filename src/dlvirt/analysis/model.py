@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from dlvirt.analysis.columns import MODEL_COLUMNS
+
 LAUNCH_MEANS = "round_means_s"  # a summary row's launch means, in the order of launch_rounds
 LAUNCH_ROUNDS = "launch_rounds"  # the round (replicate) of each launch
 LAUNCH_NODES = "launch_nodes"  # the node (host name) each launch ran on
@@ -233,13 +235,13 @@ def model_columns(frame: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     rows = frame.assign(emulated=frame["accel"].astype(str).eq("tcg") if "accel" in frame else False)
     keys = group_keys(rows)
     out = frame.copy()
-    for column in ("model_mean_s", "model_low_s", "model_high_s", "model_df"):
+    for column in MODEL_COLUMNS:
         out[column] = math.nan
     for key in keys.unique():
         model = Model(launches(rows[keys == key]))
         for label in model.cells:
             c = model.cell(label)
             low, high = c.bounds(level)
-            out.loc[label, ["model_mean_s", "model_low_s", "model_high_s", "model_df"]] = [
+            out.loc[label, MODEL_COLUMNS] = [
                 math.exp(c.log) if math.isfinite(c.log) else math.nan, low, high, c.df]
     return out

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlvirt.analysis.columns import read_summary
 from dlvirt.core.kinds import Kinds
 from dlvirt.core.scenario import LOCAL_SITE
 
@@ -22,10 +23,7 @@ BOOT = "boot_s"      # mean platform boot time of a row, where the platform boot
 
 
 def load_summary(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
-        return pd.DataFrame()
-    return pd.read_csv(path)
+    return read_summary(path)
 
 
 def load_summaries(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.scaleup import SCALE_UP_FROM, scale_up_stops_paying
 from dlvirt.analysis.claims.study import Study
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, Verdict
+from dlvirt.analysis.columns import read_summary
 from dlvirt.core.atomic import read_json, write_text_atomic
 
 __all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "UNTESTABLE", "evaluate", "write_claims"]
@@ -107,7 +108,7 @@ def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Any],
 
 
 def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None) -> pd.DataFrame:
-    frame = pd.read_csv(summary) if Path(summary).stat().st_size else pd.DataFrame()
+    frame = read_summary(summary)
     cores = int(read_json(host)["capabilities"]["cores"])
     table = evaluate(frame, cores, read_json(plan)["left_out"], DEFAULT_MARGIN if margin is None else margin)
     write_text_atomic(output, table.to_csv(index=False))

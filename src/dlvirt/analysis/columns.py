@@ -1,0 +1,167 @@
+"""The summary's columns, declared once: name, type and meaning.
+
+``aggregate`` writes ``results/summary/<tool>/<app>.csv`` with ``SUMMARY``'s columns in this order;
+``results/summary.csv`` (every per-app summary concatenated) adds ``MODEL``'s. ``read_summary``
+reads either through the same declaration: list columns (``;``-joined per launch) and text columns
+stay text, and a column the declaration does not know is refused naming the file. ``markdown()``
+prints the table that docs/summary-columns.md holds (a test keeps the two equal).
+
+Adding a column: declare it here, compute it in ``aggregate.summarise_launches`` (or ``model``), and
+regenerate the docs table (``python -m dlvirt.analysis.columns > docs/summary-columns.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from dlvirt.core.machinetime import LAUNCH_PARTS
+
+# str: text; int / float: numbers (float NaN where not recorded); bool: True/False (empty where the
+# row has no such verdict); list: one value per launch, joined by ";" (text in the CSV)
+ColumnType = Literal["str", "int", "float", "bool", "list"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+    meaning: str
+
+
+class SummaryError(ValueError):
+    """A summary CSV that dlvirt does not know how to read; the message names the file."""
+
+
+_LAUNCH_PART_MEANING = {
+    "startup_s": "start-up: weights check, provisioning, boot, imports",
+    "model_load_s": "loading the model",
+    "warmup_s": "the warm-up repetitions and the framework's first call",
+    "counted_s": "the counted repetitions",
+    "other_s": "the rest: results, teardown",
+}
+
+# the columns that name a row: one row per tool x app x scenario x site (x VMM)
+KEY: tuple[Column, ...] = (
+    Column("tool", "str", "measurement tool: mlperf (E2E through LoadGen) or dlbs (model-only)"),
+    Column("app", "str", "DL application (ic, sr, nlp, rs)"),
+    Column("platform", "str", "execution platform (BM, VM, MVM, CN, VMCN)"),
+    Column("cores", "int", "CPU cores the scenario grants"),
+    Column("pinning", "str", "VNL (vanilla: any cores) or PIN (pinned to cores)"),
+    Column("processor", "str", "CPU or GPU"),
+    Column("site", "str", "the host that measured the row: local (the main host) or an edge site's name"),
+)
+
+SUMMARY: tuple[Column, ...] = KEY + (
+    Column("scenario", "str", "the scenario's name (platform-cores-pinning-processor)"),
+    Column("vmm", "str", "the VMM of a microVM row (QEMU microvm or Firecracker); empty otherwise"),
+    Column("replicates", "int", "launches (replicates) of the scenario"),
+    Column("reps", "int", "counted repetitions over every launch (LoadGen-INVALID ones left out)"),
+    Column("min_reps", "int", "the fewest counted repetitions of any launch"),
+    Column("outliers", "int", "repetitions flagged by the modified z-score rule within their launch (kept)"),
+    Column("outlier_reps", "str", "the flagged repetitions per launch: 'round 2: rep 3; round 5: rep 1, 4'"),
+    Column("mean_s", "float", "mean of the launch means (s): the row's E2E or model-only time"),
+    Column("ci95_s", "float", "95 % Student-t half-width over the launch means (s); NaN with one launch"),
+    Column("ci_n", "int", "launches the interval is over"),
+    Column("std_s", "float", "SD of the launch means (s); with one launch, the SD within it"),
+    Column("within_sd_s", "float", "variance component within launches, as an SD in seconds"),
+    Column("between_sd_s", "float", "variance component between launches, as an SD in seconds"),
+    Column("round_means_s", "list", "each launch's mean (s), in the order of launch_rounds"),
+    Column("round_medians_s", "list", "each launch's median (s), in the order of launch_rounds"),
+    Column("launch_rounds", "list", "the round (replicate) of each launch"),
+    Column("launch_nodes", "list", "the node (host name) each launch ran on"),
+    Column("launch_boot_s", "list", "each launch's platform boot time (s), for platforms that boot"),
+    Column("drift_p", "float", "p-value of a trend in the launch means over the rounds"),
+    Column("median_s", "float", "median of every counted repetition (s)"),
+    Column("iqr_s", "float", "interquartile range of every counted repetition (s)"),
+    Column("invalid", "int", "repetitions LoadGen marked INVALID (left out of every statistic)"),
+    Column("pre_s", "float", "mean pre-processing busy time per repetition (s); NaN for model-only rows"),
+    Column("infer_s", "float", "mean inference busy time per repetition (s)"),
+    Column("post_s", "float", "mean post-processing busy time per repetition (s); NaN for model-only rows"),
+    Column("pre_cpu_s", "float", "mean CPU time of pre-processing per repetition (s)"),
+    Column("infer_cpu_s", "float", "mean CPU time of inference per repetition (s)"),
+    Column("post_cpu_s", "float", "mean CPU time of post-processing per repetition (s)"),
+    Column("stall_s", "float", "mean time inference waited for pre-processed samples per repetition (s)"),
+    Column("throttled_pct", "float", "CFS periods throttled per 100 periods (NaN without a quota)"),
+    Column("throttled_s", "float", "mean CFS throttled time per repetition (s)"),
+    Column("steal_pct", "float", "mean steal time, % of the repetition (inside a VM)"),
+    Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
+    Column("samples", "int", "samples per repetition"),
+    Column("samples_per_s", "float", "mean throughput (samples/s)"),
+    Column("loadgen_valid", "bool", "every repetition LoadGen-VALID (empty for model-only rows)"),
+    Column("accel", "str", "a guest's acceleration: kvm, tcg (emulated), or none"),
+    Column("boot_s", "float", "mean platform boot time (s), for platforms that boot (VM, MVM, VMCN)"),
+    Column("threads_policy", "str", "thread policy: granted or framework-default"),
+    Column("threads", "int", "intra-op threads the framework reported using"),
+    Column("pipeline", "str", "how the LoadGen pipeline ran: overlapped or sequential (empty: model-only)"),
+    Column("dataset_source", "str", "where the dataset came from (the real dataset or a stand-in)"),
+    Column("model", "str", "the model's name"),
+    Column("reference_model", "bool", "the MLPerf reference-size model (False: a smaller stand-in)"),
+    Column("weights", "str", "the weights' kind (pretrained, trained here, random)"),
+    Column("host", "str", "host name of the measuring host"),
+    Column("hardware", "str", "the hardware of the launches (several kinds joined by ' + ')"),
+    Column("gpu", "str", "the GPU model of a GPU row"),
+    Column("gpu_util_pct", "float", "mean sampled GPU utilisation (%)"),
+    Column("gpu_mem_mib", "float", "the process's peak GPU memory (MiB)"),
+    Column("sockets", "int", "the most sockets a PIN launch's cores spanned"),
+    Column("numa_nodes", "int", "the most NUMA nodes a PIN launch's cores spanned"),
+    Column("memory_mib", "int", "study.memory as the platform applied and verified it (MiB)"),
+    Column("max_rss_mib", "float", "the harness's peak resident memory in any repetition (MiB)"),
+    Column("code_version", "str", "the dlvirt code that measured the row ('mixed: ...' if allowed to differ)"),
+    Column("host_virtualization", "str", "for a non-virtualised platform: what its host itself is (none: bare metal)"),
+    *(Column(f"launch_{part}", "float", f"mean per launch (s): {meaning}")
+      for part, meaning in _LAUNCH_PART_MEANING.items()),
+    Column("launch_total_s", "float", "mean machine time per launch (s)"),
+    Column("counted_share", "float", "the share of a launch's machine time spent in counted repetitions"),
+)
+
+# added to results/summary.csv by the study's launch-level model (dlvirt.analysis.model)
+MODEL: tuple[Column, ...] = (
+    Column("model_mean_s", "float", "the row's cell of the study's model: a geometric mean adjusted for rounds (s)"),
+    Column("model_low_s", "float", "lower bound of the model's 95 % interval (s)"),
+    Column("model_high_s", "float", "upper bound of the model's 95 % interval (s)"),
+    Column("model_df", "float", "the model's residual degrees of freedom"),
+)
+
+KEY_COLUMNS = [c.name for c in KEY]
+COLUMNS = [c.name for c in SUMMARY]
+MODEL_COLUMNS = [c.name for c in MODEL]
+BY_NAME = {c.name: c for c in (*SUMMARY, *MODEL)}
+assert tuple(_LAUNCH_PART_MEANING) == LAUNCH_PARTS, "every launch part needs its meaning"
+
+
+def read_summary(path: str | Path) -> pd.DataFrame:
+    """A summary CSV (per app or the study's): text and list columns as text; empty or absent file: no
+    rows. A column the declaration does not know is refused, naming the file."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame()
+    header = pd.read_csv(path, nrows=0).columns
+    unknown = [name for name in header if name not in BY_NAME]
+    if unknown:
+        raise SummaryError(f"{path}: unknown summary column(s) {', '.join(unknown)}: not a summary this "
+                           "dlvirt writes (see docs/summary-columns.md)")
+    text = {name: str for name in header if BY_NAME[name].type in ("str", "list")}
+    return pd.read_csv(path, dtype=text)
+
+
+def markdown() -> str:
+    """The columns as docs/summary-columns.md prints them."""
+    lines = ["# Summary columns", "",
+             "`results/summary/<tool>/<app>.csv` has these columns, in this order; `results/summary.csv`",
+             "(every per-app summary) adds the model's at the end. Declared in `src/dlvirt/analysis/columns.py`;",
+             "generated by `python -m dlvirt.analysis.columns` (a test keeps this file equal to it).",
+             "Types: `list` is one value per launch joined by `;`; an empty cell is not recorded.", "",
+             "| column | type | meaning |", "|---|---|---|"]
+    lines += [f"| `{c.name}` | {c.type} | {c.meaning} |" for c in SUMMARY]
+    lines += ["", "Added to `results/summary.csv` by the study's model:", "",
+              "| column | type | meaning |", "|---|---|---|"]
+    lines += [f"| `{c.name}` | {c.type} | {c.meaning} |" for c in MODEL]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
