@@ -141,6 +141,25 @@ def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatc
     assert "give --within-cv" in capsys.readouterr().err
 
 
+def test_a_launch_split_fits_its_parts_inside_the_total():
+    """The start-up, timed across clocks (a guest's boot seen on its console a poll late), may
+    overlap the harness's parts: the overlap comes off the start-up, and other_s stays >= 0."""
+    from types import SimpleNamespace
+
+    from dlvirt.run.runner import launch_split
+
+    harness = SimpleNamespace(model_load_s=1.0, timeline={"warmup_s": 3.0, "counted_s": 12.0,
+                                                          "framework_import_s": 2.0, "first_call_s": 0.1})
+    fits = launch_split(harness, 4.0, 20.5, 0.1)
+    assert fits["startup_s"] == 4.0 and fits["other_s"] == 0.5 and fits["startup_overlap_s"] == 0.0
+    over = launch_split(harness, 4.0, 19.95, 0.1)
+    assert over["startup_s"] == pytest.approx(3.95) and over["other_s"] == 0.0
+    assert over["startup_overlap_s"] == pytest.approx(0.05)
+    parts = ("startup_s", "model_load_s", "warmup_s", "counted_s", "other_s")
+    assert sum(over[k] for k in parts) == pytest.approx(over["total_s"])
+    assert launch_split(harness, None, 20.0, 0.1) is None
+
+
 def test_a_launch_split_adds_up_and_the_report_gives_its_shares():
     """JobResult.launch_s: what the launch cost, split; the machine time readers take its total."""
     from dlvirt.core.machinetime import launch_cost_s, launch_machine_s, launch_overhead_s, split_line, split_totals

@@ -71,6 +71,8 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
         launch = result["launch_s"]
         parts = [launch[k] for k in ("startup_s", "model_load_s", "warmup_s", "counted_s", "other_s")]
         assert min(parts[:4]) > 0 and sum(parts) == pytest.approx(launch["total_s"], abs=1e-3), path
+        # the parts fit inside the total: nothing counted twice (rounding aside)
+        assert launch["other_s"] >= -1e-3 and launch["startup_overlap_s"] <= 1e-3, path
         assert launch["model_load_s"] == pytest.approx(result["model_load_s"], abs=1e-3), path
     assert summary.counted_share.between(0, 1).all() and (summary.launch_counted_s > 0).all()
     report = (workflow_dir / "results" / "report.html").read_text()

@@ -292,7 +292,8 @@ class JobResult(Record):
     # process, container or boot, imports, up to the model load), model_load_s, warmup_s, counted_s
     # (the counted repetitions) and other_s (writing results, teardown), which add up to total_s;
     # of the start-up: framework_import_s, weights_check_s; of the warm-up: first_call_s (the
-    # framework's one-time set-up, App.first_call). Absent in older results.
+    # framework's one-time set-up, App.first_call); startup_overlap_s: what the start-up, timed across
+    # clocks, overlapped the harness's parts and was taken off it. Absent in older results.
     launch_s: dict[str, float] | None = None
 
 
