@@ -8,6 +8,10 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Snakemake's own report (snakemake --report): this text on top, captions in workflow/report/.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/host.smk"
 include: "workflow/rules/datasets.smk"

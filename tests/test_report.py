@@ -1,6 +1,7 @@
 """Tables from run records, the self-contained HTML report (opened in a real headless Chromium),
 and the short targets for figures, tables, claims and the report."""
 
+import base64
 import json
 import math
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import CHROMIUM_FLAGS, smoke_config, write_config, write_plan
+from conftest import CHROMIUM_FLAGS, smoke_config, snakemake, write_config, write_plan
 from dlvirt.analysis.catalog import FIGURES
 from dlvirt.analysis.claims import write_claims
 from dlvirt.analysis.report import write_report
@@ -71,6 +72,8 @@ def test_report_is_self_contained(built):
                     "Table 1", "Table 2", "Provenance"):
         assert heading in html
     assert "inputs are synthetic" in html and "random weights" in html
+    assert "Rows with fewer than 2 launches" in html  # the claims' evidence rule, as the code applies it
+    assert "The paper's Table I as this study ran it" in html and "The paper's Table II as measured" in html
     assert "no GPU on this host" in html  # the plan's left-out reasons
     # machine time: measured from the run records' repetitions beside what the plan projected
     assert re.search(rf"Machine time: [0-9.]+ (min|h) measured over {len(RUNS)} launch\(es\)", html)
@@ -125,3 +128,70 @@ def test_drift_table_flags_a_trend_over_three_rounds_and_shows_two():
     assert table.loc["BM/1/PIN/CPU", "drift"] == "TREND" and table.loc["BM/2/PIN/CPU", "drift"] == ""
     assert table.loc["CN/1/VNL/CPU", "drift"] == "needs ≥ 3 rounds"
     assert table.loc["CN/1/VNL/CPU", "last vs first"] == "+5.0%" and "CN/2/VNL/CPU" not in table.index
+
+
+def report_outputs() -> list[tuple[str, str, str]]:
+    """Every output the rules flag for Snakemake's report: (rule file, path, its report() arguments)."""
+    found = []
+    for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        for path, args in re.findall(r'report\(\s*"([^"]+)"([^)]*)\)', smk.read_text()):
+            found.append((smk.name, path, args))
+    return found
+
+
+ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def plain_words(rst: str) -> str:
+    """Four words in a row on one line of a caption, free of markup: they reach the report as written."""
+    for line in rst.splitlines():
+        words = line.split()
+        for i in range(len(words) - 3):
+            if all(re.fullmatch(r"[A-Za-z]+", w) for w in words[i:i + 4]):
+                return " ".join(words[i:i + 4])
+    raise AssertionError(f"no four plain words in a row in {rst!r}")
+
+
+def test_snakemake_report_captions_render(tmp_path):
+    """Every output flagged for `snakemake --report` has a caption file under workflow/report/, and
+    Snakemake renders each (Jinja, then reStructuredText) into its report, as does the workflow's
+    own description: a mini workflow with the same captions, labels and input names."""
+    outputs = report_outputs()
+    assert {path for _, path, _ in outputs} >= {"results/figures/{fig}.png", "results/summary.csv",
+                                                "results/claims.csv", "results/report.html"}
+    rules, want = [], {}
+    for i, (smk, path, args) in enumerate(outputs):
+        caption = re.search(r'caption="([^"]+)"', args)
+        assert caption, f"{smk}: report({path!r}) has no caption"
+        rst = (REPO / "workflow" / "rules" / caption.group(1)).resolve()
+        assert rst.is_file(), f"{smk}: caption {caption.group(1)} of {path} does not exist"
+        category = re.search(r'category="([^"]+)"', args)
+        assert category, f"{smk}: report({path!r}) has no category"
+        want[rst.name] = plain_words(rst.read_text())
+        labels = ', labels=lambda w: {"figure": w.fig, "title": "Fig. 4a"}' if "{fig}" in path else ""
+        rules.append(f"""
+rule r{i}:
+    input:
+        notebook="notebook.ipynb",
+        summaries=["a.csv", "b.csv"],
+    output:
+        report("{path}", caption="{rst}", category="{category.group(1)}"{labels}),
+    shell:
+        "cp sample{Path(path).suffix} {{output}}"
+""")
+    (tmp_path / "sample.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "sample.html").write_text("<p>the study's report</p>")
+    (tmp_path / "sample.png").write_bytes(base64.b64decode(ONE_PIXEL_PNG))
+    (tmp_path / "Snakefile").write_text(
+        f'report: "{REPO / "workflow" / "report" / "workflow.rst"}"\n\n'
+        f'rule all:\n    input:\n        {[o.replace("{fig}", "fig4a") for _, o, _ in outputs]!r},\n\n'
+        'rule inputs:\n    output:\n        "notebook.ipynb", "a.csv", "b.csv",\n    shell:\n        "touch {output}"\n'
+        + "".join(rules))
+    snakemake(tmp_path)
+    snakemake(tmp_path, "--report", "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert "dlvirt measures how the execution platform" in page
+    for name, words in want.items():
+        assert words in page, f"caption {name} not in Snakemake's report (looked for {words!r})"
+    # the Jinja in figure.rst filled from the job: its wildcard and its input files
+    assert "notebooks/fig4a.ipynb" in page.replace("\\/", "/") and "a.csv</tt>, <tt" in page.replace("\\\"", "\"")

@@ -19,7 +19,7 @@ rule summary:
     input:
         summary_files(),
     output:
-        "results/summary.csv",
+        report("results/summary.csv", caption="../report/summary.rst", category="Summary"),
     log:
         "results/logs/summary/all.log",
     conda:

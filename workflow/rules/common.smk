@@ -137,6 +137,7 @@ FIGURES = {
     }
     for spec in FIGURE_SPECS
 }
+FIGURE_TITLES = {spec.id: spec.title for spec in FIGURE_SPECS}
 
 
 wildcard_constraints:
@@ -329,6 +330,11 @@ def figure_parameters(wildcards, input, output):
             **figure["parameters"],
         }
     )
+
+
+def figure_labels(wildcards):
+    """The figure's id and title as columns of Snakemake's report (`snakemake --report`)."""
+    return {"figure": wildcards.fig, "title": FIGURE_TITLES[wildcards.fig]}
 
 
 def figure_files():

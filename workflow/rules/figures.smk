@@ -6,7 +6,12 @@ rule figure:
         host="results/host.json",
         plan="results/plan.json",
     output:
-        png=report("results/figures/{fig}.png", category="Figures"),
+        png=report(
+            "results/figures/{fig}.png",
+            caption="../report/figure.rst",
+            category="Figures",
+            labels=figure_labels,
+        ),
         pdf="results/figures/{fig}.pdf",
         notebook="results/notebooks/{fig}.ipynb",
     log:

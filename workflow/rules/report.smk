@@ -17,8 +17,8 @@ rule tables:
         host="results/host.json",
         plan="results/plan.json",
     output:
-        table1="results/tables/table1.csv",
-        table2="results/tables/table2.csv",
+        table1=report("results/tables/table1.csv", caption="../report/table1.rst", category="Tables"),
+        table2=report("results/tables/table2.csv", caption="../report/table2.rst", category="Tables"),
     log:
         "results/logs/report/tables.log",
     conda:
@@ -34,7 +34,7 @@ rule claims:
         host="results/host.json",
         plan="results/plan.json",
     output:
-        "results/claims.csv",
+        report("results/claims.csv", caption="../report/claims.rst", category="Claims"),
     log:
         "results/logs/report/claims.log",
     conda:
@@ -57,7 +57,7 @@ rule report:
         table2="results/tables/table2.csv",
         runs=[run for tool in TOOLS for app in APP_KINDS for run in run_files(tool, app)],
     output:
-        "results/report.html",
+        report("results/report.html", caption="../report/report.rst", category="Report"),
     log:
         "results/logs/report/report.log",
     conda:

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.analysis.catalog import BY_ID, FigureSpec
+from dlvirt.analysis.claims.study import MIN_LAUNCHES
 from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.analysis.rows import (
     PHASES,
@@ -233,6 +234,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         synthetic=bool(not frame.empty and (frame["dataset_source"].astype(str) != "real").any()),
         random_weights=bool(not frame.empty and (frame["weights"].astype(str) == "random").any()),
         claims=claims_table.to_dict("records"),
+        min_launches=MIN_LAUNCHES,
         figures=[e for e in entries if not e["phases"]],
         phase_figures=[e for e in entries if e["phases"]],
         phase_table=_html_table(_phase_table(frame, study)),
