@@ -27,7 +27,7 @@ from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
-from dlvirt.plan.planner import TOOLS, expand as expand_plan, plan_document  # noqa: E402
+from dlvirt.plan.planner import RUN_TOOLS, expand as expand_plan, plan_document, study_run_tools  # noqa: E402
 from dlvirt.plan.estimate import (
     estimate as estimate_jobs,
     read_records,
@@ -141,7 +141,7 @@ FIGURE_TITLES = {spec.id: spec.title for spec in FIGURE_SPECS}
 
 
 wildcard_constraints:
-    tool="|".join(TOOLS),
+    tool="|".join(sorted(RUN_TOOLS, key=len, reverse=True)),
     app="|".join(APP_KINDS),
     weights_name=r"model\.pt|model\.weights\.h5",
     tag=r"[^/]+",
@@ -163,8 +163,11 @@ def run_files(tool, app):
 
 
 def summary_files():
+    """Per run tool (mlperf in each LoadGen scenario, dlbs) and app."""
     return [
-        SUMMARY_FILE.format(tool=tool, app=app) for tool in config["study"]["tools"] for app in config["study"]["apps"]
+        SUMMARY_FILE.format(tool=tool, app=app)
+        for tool in study_run_tools(config["study"])
+        for app in config["study"]["apps"]
     ]
 
 

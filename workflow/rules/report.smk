@@ -13,7 +13,7 @@ rule study_plan:
 
 rule tables:
     input:
-        runs=[run for tool in TOOLS for app in APP_KINDS for run in run_files(tool, app)],
+        runs=[run for tool in RUN_TOOLS for app in APP_KINDS for run in run_files(tool, app)],
         host="results/host.json",
         plan="results/plan.json",
     output:
@@ -55,7 +55,7 @@ rule report:
         claims="results/claims.csv",
         table1="results/tables/table1.csv",
         table2="results/tables/table2.csv",
-        runs=[run for tool in TOOLS for app in APP_KINDS for run in run_files(tool, app)],
+        runs=[run for tool in RUN_TOOLS for app in APP_KINDS for run in run_files(tool, app)],
     output:
         report("results/report.html", caption="../report/report.rst", category="Report"),
     log:

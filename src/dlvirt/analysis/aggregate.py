@@ -5,7 +5,8 @@ one site measured on different hardware (a cluster's mixed nodes) are compared, 
 every row names its hardware (launches on several kinds: all of them), and summarising warns when
 one site's rows span several kinds of hardware.
 
-LoadGen-INVALID repetitions stay out of every statistic of a row; ``invalid`` counts them. Outliers
+LoadGen-INVALID repetitions stay out of every statistic of a row; ``invalid`` counts them (SingleStream
+and Server: those LoadGen did not issue as asked, ``dlvirt.core.loadgen.counts``). Outliers
 (the modified z-score rule, within each launch) stay in: ``outliers`` counts them and
 ``outlier_reps`` lists them per launch, each launch's median beside its mean. A row's
 launches must all have been measured by one version of dlvirt's code (the harness's, which the
@@ -28,11 +29,13 @@ from dlvirt.analysis.stats import Estimate, estimate, trend
 from dlvirt.core import codeversion, variance
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.interval import outliers
+from dlvirt.core.loadgen import PERCENTILES, counts
 from dlvirt.core.machinetime import LAUNCH_PARTS, split_totals
 from dlvirt.core.records import JobResult, Repetition, read_run_records
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.system.hostinfo import hardware_label
 
+PERCENTILE_COLUMNS = {name: f"{name.replace('.', '')}_s" for name in PERCENTILES}  # p99.9 -> p999_s
 NO_ESTIMATE = Estimate(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan)
 
 
@@ -42,7 +45,30 @@ class MixedCodeError(ValueError):
 
 def valid_runs(result: JobResult) -> list[Repetition]:
     """The launch's repetitions LoadGen did not mark INVALID (DLBS runs have no LoadGen verdict)."""
-    return [r for r in result.runs if (r.loadgen or {}).get("validity", "VALID") == "VALID"]
+    return [r for r in result.runs if counts(r.loadgen)]
+
+
+def latency_columns(per_launch: list[list[Repetition]]) -> dict[str, Any]:
+    """A SingleStream or Server row's latency columns from its launches' counted repetitions (empty
+    for Offline and DLBS rows)."""
+    records = [[r.loadgen or {} for r in valid] for valid in per_launch if valid]
+    flat = [lg for launch in records for lg in launch]
+    if not flat or not all(lg.get("latency_ns") for lg in flat):
+        return {}
+
+    def launch_means(name: str) -> list[float]:
+        return [float(np.mean([lg["latency_ns"][name] / 1e9 for lg in launch])) for launch in records]
+
+    out: dict[str, Any] = {column: float(np.mean(launch_means(name))) for name, column in PERCENTILE_COLUMNS.items()}
+    out.update({
+        "round_p50_s": ";".join(f"{v:.6g}" for v in launch_means("p50")),
+        "round_p99_s": ";".join(f"{v:.6g}" for v in launch_means("p99")),
+        "achieved_qps": mean_of([lg.get("achieved_qps") for lg in flat]),
+        "target_qps": mean_of([lg.get("settings", {}).get("target_qps") for lg in flat]),
+        "early_stopping_met": all(lg.get("early_stopping_met") is True for lg in flat),
+        "loadgen_scenario": flat[0].get("scenario"),
+    })
+    return out
 
 
 def outlier_list(launches: list[tuple[int, list[Repetition]]]) -> str:
@@ -214,6 +240,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         if first.platform.get("virtualised") is False and "virtualization" in sample.observed else None,
         **{f"launch_{part}": split[part] / split["launches"] if split else None for part in (*LAUNCH_PARTS, "total_s")},
         "counted_share": split["counted_s"] / split["total_s"] if split and split["total_s"] > 0 else None,
+        **latency_columns(per_launch),
     }
 
 

@@ -46,7 +46,8 @@ _LAUNCH_PART_MEANING = {
 
 # the columns that name a row: one row per tool x app x scenario x site (x VMM)
 KEY: tuple[Column, ...] = (
-    Column("tool", "str", "measurement tool: mlperf (E2E through LoadGen) or dlbs (model-only)"),
+    Column("tool", "str", "run tool: mlperf (E2E through LoadGen Offline), mlperf-SingleStream or mlperf-Server "
+           "(per-query latency) or dlbs (model-only)"),
     Column("app", "str", "DL application (ic, sr, nlp, rs)"),
     Column("platform", "str", "execution platform (BM, VM, MVM, CN, VMCN)"),
     Column("cores", "int", "CPU cores the scenario grants"),
@@ -77,7 +78,8 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("drift_p", "float", "p-value of a trend in the launch means over the rounds"),
     Column("median_s", "float", "median of every counted repetition (s)"),
     Column("iqr_s", "float", "interquartile range of every counted repetition (s)"),
-    Column("invalid", "int", "repetitions LoadGen marked INVALID (left out of every statistic)"),
+    Column("invalid", "int", "repetitions LoadGen marked INVALID (left out of every statistic; SingleStream, "
+           "Server: those not issued as asked)"),
     Column("pre_s", "float", "mean pre-processing busy time per repetition (s); NaN for model-only rows"),
     Column("infer_s", "float", "mean inference busy time per repetition (s)"),
     Column("post_s", "float", "mean post-processing busy time per repetition (s); NaN for model-only rows"),
@@ -116,6 +118,16 @@ SUMMARY: tuple[Column, ...] = KEY + (
       for part, meaning in _LAUNCH_PART_MEANING.items()),
     Column("launch_total_s", "float", "mean machine time per launch (s)"),
     Column("counted_share", "float", "the share of a launch's machine time spent in counted repetitions"),
+    # SingleStream and Server rows (run tools mlperf-<Scenario>, dlvirt.core.loadgen); empty for Offline and DLBS
+    *(Column(f"{name.replace('.', '')}_s", "float", f"LoadGen's {name} query latency (s): the mean over launches "
+             "of each launch's mean (SingleStream, Server)") for name in ("p50", "p90", "p95", "p99", "p99.9")),
+    Column("round_p50_s", "list", "each launch's mean p50 latency (s), in the order of launch_rounds"),
+    Column("round_p99_s", "list", "each launch's mean p99 latency (s), in the order of launch_rounds"),
+    Column("achieved_qps", "float", "the query rate LoadGen measured (queries/s; SingleStream, Server)"),
+    Column("target_qps", "float", "Server's target rate (queries/s): configured or a share of the Offline throughput"),
+    Column("early_stopping_met", "bool", "LoadGen's early-stopping verdict met in every repetition (SingleStream, "
+           "Server; not met makes LoadGen's verdict INVALID, the repetitions still count)"),
+    Column("loadgen_scenario", "str", "the LoadGen scenario of a latency row: SingleStream or Server"),
 )
 
 # added to results/summary.csv by the study's launch-level model (dlvirt.analysis.model)

@@ -20,6 +20,7 @@ from dlvirt.apps import KINDS as APP_KINDS
 from dlvirt.apps import app_class
 from dlvirt.core.errors import ConfigError
 from dlvirt.core.kinds import Kinds
+from dlvirt.core.loadgen import ALL_RUN_TOOLS, run_tools, split_tool
 from dlvirt.core.scenario import LOCAL_SITE, PROCESSORS, Scenario
 from dlvirt.plan.leftout import EVERY_SCENARIO, Gap
 from dlvirt.platforms import KINDS as PLATFORM_KINDS
@@ -28,6 +29,14 @@ from dlvirt.system.hostinfo import Capabilities
 
 # Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
 TOOLS = ("mlperf", "dlbs")
+# A job's tool is its run tool (dlvirt.core.loadgen): mlperf in another LoadGen scenario than Offline
+# is mlperf-SingleStream or mlperf-Server.
+RUN_TOOLS = ALL_RUN_TOOLS
+
+
+def study_run_tools(study: dict[str, Any]) -> list[str]:
+    """The run tools of a (validated) study section: its tools in its LoadGen scenarios."""
+    return run_tools(study["tools"], study.get("scenarios") or ["Offline"])
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,7 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     ``hosts.<site>.matrix``. ``caps`` (the site's) None means no host check: take the matrix as declared."""
     study = config["study"]
     plan = Plan()
-    apps, tools = study["apps"], study["tools"]
+    apps, tools = study["apps"], study_run_tools(study)
     for app in apps:
         app_class(app)  # an app the schema knows but this version lacks is a ConfigError naming it
         if app not in config["apps"]:
@@ -147,7 +156,7 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                             continue
                         for tool in tools:
                             for app in apps:
-                                app_why = app_class(app).unsupported_reason(scenario, tool)
+                                app_why = app_class(app).unsupported_reason(scenario, split_tool(tool)[0])
                                 if app_why:
                                     plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))
                                     continue
@@ -162,10 +171,13 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
 
 
 def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
-               tools: tuple[str, ...] = TOOLS, apps: tuple[str, ...] = tuple(APP_KINDS)) -> list[tuple[str, str]]:
+               tools: tuple[str, ...] = RUN_TOOLS, apps: tuple[str, ...] = tuple(APP_KINDS)) -> list[tuple[str, str]]:
     """The left-out entries that concern ``tools`` × ``apps``, plus those the config does not ask for."""
+    ran = study_run_tools(study)
     gaps = [(f"tool {tool} {EVERY_SCENARIO}", "not in study.tools of this config")
-            for tool in tools if tool not in study["tools"]]
+            for tool in tools if split_tool(tool)[0] not in study["tools"]]
+    gaps += [(f"tool {tool} {EVERY_SCENARIO}", "not in study.scenarios of this config")
+             for tool in tools if split_tool(tool)[0] in study["tools"] and tool not in ran]
     gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
              for app in apps if app not in study["apps"]]
     processors = {processor for block in study["matrix"] for processor in block["processors"]}

@@ -1,10 +1,15 @@
 """The LoadGen harness: runs *inside* a platform and measures end-to-end inference.
 
 ``python -m dlvirt.run.harness JOB.json OUT_DIR`` loads the app once, then runs each repetition as one
-MLPerf LoadGen Offline test (PerformanceOnly). LoadGen issues the whole workload as one query; the
-pipeline reads and pre-processes samples on a worker pool, infers batches and post-processes them
-before completing their samples with LoadGen. E2E is the wall time from the query's issue to the
-last completion.
+MLPerf LoadGen test (PerformanceOnly) in the job's LoadGen scenario (``dlvirt.core.loadgen``).
+Offline (the paper's): LoadGen issues the whole workload as one query; the pipeline reads and
+pre-processes samples on a worker pool, infers batches and post-processes them before completing
+their samples with LoadGen. E2E is the wall time from the query's issue to the last completion.
+SingleStream and Server (``StreamPipeline``): LoadGen issues one-sample queries as its scenario asks
+(the next once the last completed; Poisson arrivals at a target rate) and the same pipeline on the
+same thread plan serves them as they come, batching what has arrived (at most ``batch_size``); the
+repetition records LoadGen's latency percentiles, achieved rate, early-stopping verdict and
+validity, and E2E is the wall time from the first issue to the last completion.
 
 ``harness.pipeline`` says whether the stages overlap: ``overlapped`` pre-processes ahead while
 inference runs (the E2E an application would see); ``sequential`` pre-processes a batch, infers it,
@@ -35,6 +40,7 @@ import numpy as np
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.codeversion import code_version
+from dlvirt.core.loadgen import OFFLINE, PERCENTILES, SERVER, SINGLE_STREAM, split_tool
 from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run import dlbs
 from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
@@ -247,6 +253,76 @@ class OfflinePipeline:
                 "stall_s": self.stall_s}
 
 
+class StreamPipeline(OfflinePipeline):
+    """SingleStream and Server: LoadGen issues queries of one sample while the test runs; a serving
+    thread takes what has arrived (at most ``batch_size`` samples) through the same pre-process →
+    infer → post-process stages on the same thread plan. ``overlap``: a sample's pre-processing
+    starts when it arrives, beside inference of the batch before; otherwise the serving thread
+    pre-processes a batch, infers it, post-processes it, then takes the next."""
+
+    def __init__(self, app: App, batch_size: int, lg: Any) -> None:
+        super().__init__(app, batch_size, lg)
+        self.arrived: collections.deque[tuple[int, int, Future[Any] | None]] = collections.deque()
+        self.wake = threading.Condition()
+        self.stopping = False
+        workers = self.plan.pre_workers
+        self.pre_pool = ThreadPoolExecutor(workers, thread_name_prefix="pre")
+        self.post_pool = ThreadPoolExecutor(1, thread_name_prefix="post")
+        self.thread = threading.Thread(target=self._serve, name="dlvirt-serve")
+        self.thread.start()
+
+    def issue_queries(self, query_samples: list[Any]) -> None:
+        if self.issued_at is None:
+            self.issued_cpu, self.issued_at = time.process_time(), time.perf_counter()
+        with self.wake:
+            if self.error is None:
+                for q in query_samples:
+                    pre = self.pre_pool.submit(self._preprocess, q.index) if self.plan.overlap else None
+                    self.arrived.append((q.id, q.index, pre))
+                self.wake.notify()
+                return
+        # a failed pipeline still completes every query, or LoadGen waits forever
+        self._complete([q.id for q in query_samples], [b""] * len(query_samples))
+
+    def _take(self) -> list[tuple[int, int, Future[Any] | None]] | None:
+        with self.wake:
+            while not self.arrived and not self.stopping:
+                self.wake.wait()
+            if not self.arrived:
+                return None
+            return [self.arrived.popleft() for _ in range(min(self.batch_size, len(self.arrived)))]
+
+    def _serve(self) -> None:
+        posts: list[Future[None]] = []
+        taken: list[tuple[int, int, Future[Any] | None]] = []
+        try:
+            while (taken := self._take() or []):
+                batch = [(sid, idx, pre if pre is not None else self.pre_pool.submit(self._preprocess, idx))
+                         for sid, idx, pre in taken]
+                self._infer_batch(batch, self.post_pool if self.plan.post_thread else None, posts)
+                self.samples += len(batch)
+                taken = []
+            for post in posts:
+                post.result()
+        except BaseException as exc:
+            traceback.print_exc()
+            with self.wake:
+                self.error = exc
+                left = taken + list(self.arrived)
+                self.arrived.clear()
+            remaining = [sid for sid, _, _ in left if sid not in self.completed_ids]
+            self._complete(remaining, [b""] * len(remaining))
+
+    def join(self) -> None:
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        if self.thread is not None:
+            self.thread.join()
+        self.pre_pool.shutdown()
+        self.post_pool.shutdown()
+
+
 # A derived min_duration_ms asks for this share of the time the workload takes at the estimated
 # rate divided by 1.1 (LoadGen's Offline slack on min_duration x expected_qps, so that it issues the
 # workload and no more): a repetition is VALID unless its rate exceeds the estimate by more than
@@ -271,8 +347,47 @@ def loadgen_settings(configured: dict[str, Any], workload: int, estimate_qps: fl
     return {"expected_qps": float(qps), "min_duration_ms": int(duration), "derived": derived}
 
 
-def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path,
-                   estimate_qps: float | None = None) -> Repetition:
+# Server without a configured target rate: this share of the launch's measured Offline throughput
+SERVER_QPS_FRACTION = 0.5
+# Server without a configured latency bound: LoadGen gets one this long (never binding), so its
+# verdict rests on the query count, duration and early stopping
+UNBOUNDED_LATENCY_NS = 3600 * 10**9
+
+
+def latency_record(detail: dict[str, Any], scenario: str) -> dict[str, Any]:
+    """What a SingleStream or Server repetition keeps of LoadGen's detail log: the latency percentiles
+    (ns), the achieved rate, the early-stopping verdict and what LoadGen's validity rests on."""
+    qps = detail.get("result_completed_samples_per_sec") if scenario == SERVER else \
+        detail.get("result_qps_with_loadgen_overhead")
+    return {
+        "latency_ns": {name: detail.get(f"result_{key}_percentile_latency_ns") for name, key in PERCENTILES.items()},
+        "mean_latency_ns": detail.get("result_mean_latency_ns"),
+        "max_latency_ns": detail.get("result_max_latency_ns"),
+        "queries": detail.get("result_query_count"),
+        "achieved_qps": qps,
+        "scheduled_qps": detail.get("result_scheduled_samples_per_sec"),
+        "early_stopping_met": detail.get("early_stopping_met"),
+        "early_stopping": " ".join(str(detail.get("early_stopping_result") or "").split()),
+        "perf_constraints_met": detail.get("result_perf_constraints_met"),
+        "invalid_reason": detail.get("result_invalid_reason") or None,
+    }
+
+
+def server_target_qps(configured: dict[str, Any], offline_qps: list[float]) -> tuple[float, str]:
+    """The Server scenario's target rate and where it came from: ``server_target_qps`` as configured,
+    else ``server_qps_fraction`` of the launch's measured Offline throughput (its best warm-up)."""
+    given = configured.get("server_target_qps")
+    if given:
+        return float(given), "configured (server_target_qps)"
+    if not offline_qps:
+        raise RuntimeError("Server needs server_target_qps or an Offline warm-up to measure the throughput")
+    fraction = float(configured.get("server_qps_fraction") or SERVER_QPS_FRACTION)
+    best = max(offline_qps)
+    return fraction * best, f"{fraction:g} x the launch's Offline warm-up throughput {best:.4g}/s"
+
+
+def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_qps: float | None = None,
+                   scenario: str = OFFLINE, target_qps: tuple[float, str] | None = None) -> Repetition:
     import mlperf_loadgen as lg
 
     settings_cfg = job.loadgen
@@ -282,15 +397,36 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path,
     total = app.sample_count()
     perf_count = min(settings_cfg.get("performance_sample_count") or total, total)
     workload = int(settings_cfg.get("min_query_count") or total)
-    used = loadgen_settings(settings_cfg, workload, estimate_qps)
 
     settings = lg.TestSettings()
-    settings.scenario = lg.TestScenario.Offline
     settings.mode = lg.TestMode.PerformanceOnly
-    settings.min_duration_ms = used["min_duration_ms"]
     settings.min_query_count = workload
-    settings.offline_expected_qps = used["expected_qps"]
     settings.performance_sample_count_override = perf_count
+    if scenario == OFFLINE:
+        used = loadgen_settings(settings_cfg, workload, estimate_qps)
+        settings.scenario = lg.TestScenario.Offline
+        settings.min_duration_ms = used["min_duration_ms"]
+        settings.offline_expected_qps = used["expected_qps"]
+        pipeline: OfflinePipeline = OfflinePipeline(app, job.batch_size, lg)
+    else:
+        # latency scenarios: the workload's queries (min_query_count), no minimum duration unless configured
+        used = {"min_duration_ms": int(settings_cfg.get("min_duration_ms") or 0)}
+        settings.min_duration_ms = used["min_duration_ms"]
+        settings.max_query_count = workload if not used["min_duration_ms"] else 0
+        if scenario == SINGLE_STREAM:
+            settings.scenario = lg.TestScenario.SingleStream
+            expected = 1e9 / estimate_qps if estimate_qps else 1e9
+            settings.single_stream_expected_latency_ns = max(1, int(expected))
+            used["expected_latency_ns"] = int(expected)
+        else:
+            assert target_qps is not None
+            bound = settings_cfg.get("server_target_latency_ms")
+            settings.scenario = lg.TestScenario.Server
+            settings.server_target_qps = target_qps[0]
+            settings.server_target_latency_ns = int(bound * 1e6) if bound else UNBOUNDED_LATENCY_NS
+            used.update(target_qps=target_qps[0], target_qps_from=target_qps[1],
+                        target_latency_ns=settings.server_target_latency_ns)
+        pipeline = StreamPipeline(app, job.batch_size, lg)
     log_out = lg.LogOutputSettings()
     log_out.outdir = str(rep_dir)
     log_out.copy_summary_to_stdout = False
@@ -298,7 +434,6 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path,
     log_settings.log_output = log_out
     log_settings.enable_trace = False
 
-    pipeline = OfflinePipeline(app, job.batch_size, lg)
     app.begin_repetition(rep_dir)
     sut = lg.ConstructSUT(pipeline.issue_queries, pipeline.flush_queries)
     # QSL load/unload are no-ops on purpose: E2E includes reading samples from storage.
@@ -306,8 +441,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path,
     started = datetime.now(UTC)
     try:
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-        pipeline.join()
     finally:
+        pipeline.join()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     finished = datetime.now(UTC)
@@ -319,18 +454,20 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path,
         raise RuntimeError(f"repetition {rep}: LoadGen issued no query")
     detail = parse_loadgen_detail(rep_dir / "mlperf_log_detail.txt")
     e2e = pipeline.completed_at - pipeline.issued_at
+    loadgen = {
+        "samples_per_s": detail.get("result_samples_per_second"),
+        "validity": detail.get("result_validity"),
+        "min_duration_met": detail.get("result_min_duration_met"),
+        "min_queries_met": detail.get("result_min_queries_met"),
+        "performance_sample_count": perf_count,
+        "settings": {**{k: settings_cfg[k] for k in sorted(settings_cfg)}, **used},
+    }
+    if scenario != OFFLINE:
+        loadgen.update(scenario=scenario, **latency_record(detail, scenario))
     return Repetition.measured(
         repetition=rep, e2e_s=e2e, phases=pipeline.phases(), samples=pipeline.samples, batches=pipeline.batches,
         observed=observed, threads=app.threads.to_dict(),  # main() adds what the framework reports
-        quality=quality, started=started, finished=finished,
-        loadgen={
-            "samples_per_s": detail.get("result_samples_per_second"),
-            "validity": detail.get("result_validity"),
-            "min_duration_met": detail.get("result_min_duration_met"),
-            "min_queries_met": detail.get("result_min_queries_met"),
-            "performance_sample_count": perf_count,
-            "settings": {**{k: settings_cfg[k] for k in sorted(settings_cfg)}, **used},
-        })
+        quality=quality, started=started, finished=finished, loadgen=loadgen)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,16 +509,28 @@ def main(argv: list[str] | None = None) -> int:
     warmups: list[Repetition] = []
     runs: list[Repetition] = []
     estimate_qps: float | None = None
+    scenario = split_tool(job.tool)[1] or OFFLINE
+    target: tuple[float, str] | None = None
     rep, stopped = 0, None
     spent: dict[int, float] = {}  # each repetition's wall time, all the harness did for it
     while stopped is None:
-        warming = rep < job.warmup_repetitions
+        # a Server launch without a configured rate measures the Offline throughput first, as a warm-up
+        calibrating = scenario == SERVER and target is None and not job.loadgen.get("server_target_qps")
+        warming = rep < job.warmup_repetitions or calibrating
         rep_start = time.perf_counter()
         before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
-            record = dlbs.run_repetition(app, job, rep, out_dir) if job.tool == "dlbs" else \
-                run_repetition(app, job, rep, out_dir, estimate_qps)
+            if job.tool == "dlbs":
+                record = dlbs.run_repetition(app, job, rep, out_dir)
+            elif calibrating:  # Server's target rate is a share of the Offline throughput this measures
+                record = run_repetition(app, job, rep, out_dir, estimate_qps)
+            else:
+                if scenario == SERVER and target is None:
+                    offline = [r.samples_per_s for r in warmups if r.samples_per_s and r.loadgen
+                               and "scenario" not in r.loadgen]
+                    target = server_target_qps(job.loadgen, offline)
+                record = run_repetition(app, job, rep, out_dir, estimate_qps, scenario, target)
         telemetry = observe.telemetry(before, observe.counters(), threads)
         # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
         used = None if sampler is None else gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
@@ -392,9 +541,12 @@ def main(argv: list[str] | None = None) -> int:
             record, warmup=warming, gpu=used, telemetry=telemetry,
             threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported})
         estimate_qps = record.samples_per_s
-        print(f"[harness] {job.app} {job.scenario_name} {'warm-up' if warming else 'rep'} {rep}: "
+        latency = (record.loadgen or {}).get("latency_ns") or {}
+        tail = f", p50 {latency['p50'] / 1e6:.2f} ms, p99 {latency['p99'] / 1e6:.2f} ms" \
+            if latency.get("p50") and latency.get("p99") else ""
+        print(f"[harness] {job.app} {job.scenario_name} {job.tool} {'warm-up' if warming else 'rep'} {rep}: "
               f"{'model-only' if job.tool == 'dlbs' else 'E2E'} {record.e2e_s:.3f} s, "
-              f"{record.samples} samples", flush=True)
+              f"{record.samples} samples{tail}", flush=True)
         (warmups if warming else runs).append(record)
         spent[record.repetition] = time.perf_counter() - rep_start
         rep += 1

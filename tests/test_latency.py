@@ -1,0 +1,170 @@
+"""LoadGen's SingleStream and Server scenarios (study.scenarios): run tools, the streaming pipeline
+under real LoadGen with a stand-in app (no framework, sleeps as inference), what a repetition keeps,
+and how the summary counts latency repetitions. Real apps: tests/test_workflow.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dlvirt.analysis.aggregate import summarise
+from dlvirt.apps.base import ThreadPlan
+from dlvirt.core.loadgen import ALL_RUN_TOOLS, counts, is_latency, run_tool, run_tools, split_tool
+from dlvirt.core.records import HarnessJob
+from dlvirt.core.scenario import Scenario
+from dlvirt.run import harness
+
+
+def test_run_tools_keep_offline_as_mlperf_and_name_the_others():
+    assert run_tools(["mlperf", "dlbs"]) == ["mlperf", "dlbs"]
+    assert run_tools(["mlperf", "dlbs"], ["Offline", "SingleStream", "Server"]) == \
+        ["mlperf", "mlperf-SingleStream", "mlperf-Server", "dlbs"]
+    assert run_tools(["dlbs"], ["Server"]) == ["dlbs"]  # DLBS has no LoadGen: model-only, once
+    assert split_tool("mlperf-Server") == ("mlperf", "Server")
+    assert split_tool("mlperf") == ("mlperf", "Offline")
+    assert split_tool("dlbs") == ("dlbs", None)
+    assert run_tool("mlperf", "SingleStream") in ALL_RUN_TOOLS
+    assert is_latency("mlperf-SingleStream") and not is_latency("mlperf") and not is_latency("dlbs")
+    with pytest.raises(ValueError, match="MultiStream"):
+        run_tool("mlperf", "MultiStream")
+
+
+class SleepyApp:
+    """A stand-in app: pre-processing and inference sleep, inference per batch; records the batches."""
+
+    def __init__(self, batch_infer_s: float = 0.004, pre_s: float = 0.001, plan: ThreadPlan | None = None) -> None:
+        self.threads = plan or ThreadPlan(policy="granted", cores=1, intra_op=1, inter_op=1, pre_workers=1,
+                                          overlap=False, post_thread=False, sharing="alternate")
+        self.batch_infer_s, self.pre_s = batch_infer_s, pre_s
+        self.batches: list[int] = []
+        self.lock = threading.Lock()
+
+    def sample_count(self) -> int:
+        return 8
+
+    def preprocess(self, index: int) -> int:
+        time.sleep(self.pre_s)
+        return index
+
+    def infer(self, items: list[int]) -> list[int]:
+        time.sleep(self.batch_infer_s)
+        with self.lock:
+            self.batches.append(len(items))
+        return items
+
+    def postprocess(self, indices: list[int], outputs: Any) -> list[bytes]:
+        return [bytes([i % 256]) for i in indices]
+
+    def begin_repetition(self, out_dir: Path) -> None:
+        pass
+
+    def end_repetition(self) -> dict[str, Any]:
+        return {}
+
+
+def job(tool: str, **loadgen: Any) -> HarnessJob:
+    return HarnessJob(tool=tool, app="ic", scenario=Scenario("BM", 1, "VNL", "CPU"), scenario_name="BM/1/VNL/CPU",
+                      repetitions=1, warmup_repetitions=1, threads="granted", batch_size=4,
+                      loadgen={"min_query_count": 24, **loadgen}, app_settings={}, dataset_dir=".", run_id="t")
+
+
+def test_single_stream_issues_one_query_at_a_time_and_keeps_the_percentiles(tmp_path):
+    app = SleepyApp()
+    record = harness.run_repetition(app, job("mlperf-SingleStream"), 0, tmp_path, scenario="SingleStream")
+    lg = record.loadgen
+    assert lg["scenario"] == "SingleStream" and lg["queries"] == 24 and record.samples == 24
+    assert set(app.batches) == {1}  # one sample in flight: every batch is that one sample
+    latency = lg["latency_ns"]
+    assert set(latency) == {"p50", "p90", "p95", "p99", "p99.9"}
+    # each query sleeps ~5 ms (pre + inference): the percentiles are at least that, and ordered
+    assert 4e6 < latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["p99.9"]
+    assert lg["achieved_qps"] > 0 and lg["min_queries_met"] is True
+    assert lg["early_stopping_met"] is False and "queries" in lg["early_stopping"]  # 24 queries: too few
+    assert counts(lg)  # issued as asked: it counts, its early-stopping verdict kept beside it
+    assert record.e2e_s >= 24 * 0.004
+    assert (tmp_path / "rep-0000" / "mlperf_log_summary.txt").exists()
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_server_batches_what_has_arrived_through_the_same_pipeline(tmp_path, overlap):
+    plan = ThreadPlan(policy="granted", cores=2, intra_op=1, inter_op=1, pre_workers=1, overlap=overlap,
+                      post_thread=overlap, sharing="split" if overlap else "alternate")
+    app = SleepyApp(batch_infer_s=0.02, plan=plan)
+    # 400 queries/s against a server that takes 20 ms a batch: queries queue, batches fill up
+    record = harness.run_repetition(app, job("mlperf-Server"), 0, tmp_path, scenario="Server",
+                                    target_qps=(400.0, "configured"))
+    lg = record.loadgen
+    assert lg["scenario"] == "Server" and record.samples == 24 == sum(app.batches)
+    assert max(app.batches) > 1 and max(app.batches) <= 4  # batch_size caps what one call takes
+    assert lg["settings"]["target_qps"] == 400.0 and lg["settings"]["target_latency_ns"] == harness.UNBOUNDED_LATENCY_NS
+    assert lg["latency_ns"]["p99"] >= lg["latency_ns"]["p50"] > 0
+    assert lg["perf_constraints_met"] is True
+
+
+def test_server_target_rate_is_a_share_of_the_offline_throughput_or_as_given():
+    assert harness.server_target_qps({"server_qps_fraction": 0.25}, [40.0, 80.0])[0] == 20.0
+    assert harness.server_target_qps({}, [10.0])[0] == 10.0 * harness.SERVER_QPS_FRACTION
+    assert harness.server_target_qps({"server_target_qps": 7}, [])[0] == 7.0
+    with pytest.raises(RuntimeError, match="Offline warm-up"):
+        harness.server_target_qps({}, [])
+
+
+def test_offline_repetitions_count_only_when_valid_latency_ones_when_issued_as_asked():
+    assert counts(None) and counts({"validity": "VALID"})
+    assert not counts({"validity": "INVALID", "min_queries_met": True, "min_duration_met": True})
+    latency = {"scenario": "Server", "validity": "INVALID", "min_queries_met": True, "min_duration_met": True,
+               "early_stopping_met": False}
+    assert counts(latency)
+    assert not counts({**latency, "min_queries_met": False})
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "mlperf-ic-BM-1-VNL-CPU.json"
+
+
+def latency_result(tool: str, replicate: int, p50_ms: list[float], early: bool = False) -> dict:
+    """The fixture run record as a latency launch: one repetition per p50 given (p99 = 3 x p50)."""
+    result = json.loads(FIXTURE.read_text())
+    result["tool"], result["replicate"], result["run_id"] = tool, replicate, f"{tool}-{replicate}"
+    scenario = split_tool(tool)[1]
+    template = result["runs"][0]
+    runs = []
+    for i, p50 in enumerate(p50_ms):
+        run = json.loads(json.dumps(template))
+        run["repetition"] = i + 1
+        latency = {"p50": p50 * 1e6, "p90": 2 * p50 * 1e6, "p95": 2.5 * p50 * 1e6, "p99": 3 * p50 * 1e6,
+                   "p99.9": 4 * p50 * 1e6}
+        run["loadgen"] = {**run["loadgen"], "scenario": scenario, "validity": "VALID" if early else "INVALID",
+                          "min_queries_met": True, "min_duration_met": True, "early_stopping_met": early,
+                          "latency_ns": latency, "achieved_qps": 50.0,
+                          "settings": {**run["loadgen"]["settings"], "target_qps": 40.0}}
+        runs.append(run)
+    result["runs"] = runs
+    return result
+
+
+def test_a_latency_row_keeps_percentiles_per_launch_and_its_early_stopping_verdict(tmp_path):
+    paths = []
+    for replicate, p50s in ((1, [10.0, 12.0]), (2, [20.0, 22.0])):
+        path = tmp_path / f"{replicate}.json"
+        path.write_text(json.dumps(latency_result("mlperf-Server", replicate, p50s)))
+        paths.append(path)
+    row = summarise(paths).iloc[0]
+    assert row["tool"] == "mlperf-Server" and row["scenario"] == "BM/1/VNL/CPU"
+    assert row["loadgen_scenario"] == "Server"
+    # INVALID only for early stopping: the repetitions count, LoadGen's verdict is kept beside them
+    assert row["reps"] == 4 and row["invalid"] == 0 and not row["loadgen_valid"] and not row["early_stopping_met"]
+    assert row["round_p50_s"] == "0.011;0.021" and row["round_p99_s"] == "0.033;0.063"
+    assert row["p50_s"] == pytest.approx(0.016) and row["p99_s"] == pytest.approx(0.048)
+    assert row["p999_s"] == pytest.approx(0.064) and row["target_qps"] == 40.0 and row["achieved_qps"] == 50.0
+
+
+def test_an_offline_row_has_no_latency_columns(tmp_path):
+    row = summarise([FIXTURE]).iloc[0]
+    assert row["tool"] == "mlperf" and math.isnan(row["p99_s"]) and pd.isna(row["loadgen_scenario"])
