@@ -203,10 +203,14 @@ GUEST_POINTS = {"while the guest boots": r"\[dlvirt\] guest dlvirt-\S+ started",
                 "during the guest's job": re.escape(guestimage.START_MARKER)}
 
 
-@pytest.mark.parametrize("point", GUEST_POINTS)
-def test_ctrl_c_stops_a_guest_job_and_leaves_nothing(probe_image, tmp_path, point):
+@pytest.mark.parametrize(("point", "signals"), [
+    *((point, (signal.SIGINT,)) for point in GUEST_POINTS),
+    # Ctrl-C under Snakemake: the terminal's SIGINT and the SIGTERM dlvirt.run.interrupt forwards, at once
+    ("during the guest's job", (signal.SIGINT, signal.SIGTERM)),
+])
+def test_ctrl_c_stops_a_guest_job_and_leaves_nothing(probe_image, tmp_path, point, signals):
     """A runner (started with SIGINT ignored, as a background job of a script is) stops on SIGINT
-    at each point, quickly, and leaves no VMM and no work folder."""
+    (and on SIGINT + SIGTERM at once) at each point, quickly, and leaves no VMM and no work folder."""
     code = f"""
 from pathlib import Path
 from dlvirt.core.owner import new_run_id
@@ -235,7 +239,8 @@ with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), {settings(probe_image)!r}, Path({
     try:
         assert reached.wait(timeout=600), f"the guest job never got {point}:\n{''.join(lines[-20:])}"
         signalled = time.monotonic()
-        runner.send_signal(signal.SIGINT)
+        for number in signals:
+            runner.send_signal(number)
         returncode = runner.wait(timeout=60)
         took = time.monotonic() - signalled
     finally:

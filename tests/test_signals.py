@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
@@ -143,3 +145,52 @@ def test_a_second_different_stop_signal_does_not_cut_the_teardown_the_first_bega
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert out.splitlines() == ["teardown done"]
+
+
+
+TAKEN_ELSEWHERE = """
+import signal, sys, threading, time
+from dlvirt.core.signals import STOP_SIGNALS, start_thread, stop_on_signals, wait_thread
+stop_on_signals()
+# a thread that is not dlvirt's and blocks nothing (as a C library's pool, e.g. OpenBLAS's with numpy)
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+worker = start_thread(lambda: time.sleep(60), "worker")
+mask = open(f"/proc/self/task/{worker.native_id}/status").read().split("SigBlk:")[1].split()[0]
+print(f"worker blocks {int(mask, 16) & ((1 << 1) | (1 << 14)):#x}", flush=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the kernel must hand them to the foreign thread
+print('ready', flush=True)
+try:
+    wait_thread(worker) if sys.argv[1] == "sliced" else worker.join()
+    print('never stopped', flush=True)
+except KeyboardInterrupt:
+    print(f"stopped; still pending: {sorted(signal.sigpending())}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("wait", ["sliced", "one call"])
+def test_a_stop_signal_taken_by_a_thread_that_is_not_the_main_one_still_stops_the_job(wait):
+    """Python runs signal handlers in the main thread only and does not wake it: CN's runner, its
+    main thread blocked in one long wait for the container, slept on when the kernel handed Ctrl-C
+    (SIGINT + SIGTERM) to another thread. Deterministic: the main thread blocks both in the kernel,
+    so a thread it did not start takes them while the main thread waits; ``wait_thread`` acts on
+    them within a slice (one long join sleeps on: the bug), and the threads dlvirt starts
+    (``start_thread``) block both."""
+    proc = subprocess.Popen([sys.executable, "-c", TAKEN_ELSEWHERE, wait.split()[0]], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": SRC},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "worker blocks 0x4002\n"
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)  # in its wait
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
+        if wait == "one call":
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=3)
+            return
+        out, _ = proc.communicate(timeout=3)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out.splitlines() == ["stopped; still pending: []"], out

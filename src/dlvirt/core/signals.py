@@ -1,7 +1,7 @@
 """Stopping on SIGINT and SIGTERM, and the few steps a stop must not cut in half.
 
 A job's runner stops on SIGINT (Ctrl-C) and SIGTERM (Snakemake, SLURM, ``dlvirt.run.interrupt``):
-both become an exception, so every platform's teardown runs. Two things could lose or spoil that:
+both become an exception, so every platform's teardown runs. Three things could lose or spoil that:
 
 - a process started with SIGINT *ignored* (anything a non-interactive shell starts in the
   background, e.g. ``./setup.sh test &`` or a workflow run from a script) keeps ignoring it: Python
@@ -12,6 +12,14 @@ both become an exception, so every platform's teardown runs. Two things could lo
   forwarded SIGTERM at once), would leave the thing behind. ``held`` defers such signals until the
   step is done and then delivers the first; the same signal a second time is not held (someone
   insists: a stuck teardown can still be stopped, and the next start's cleanup removes what is left).
+- a signal sent to the process is taken by whichever of its threads the kernel picks (with two sent at
+  once, the second wakes another thread, which may take the first off the queue), but Python runs
+  handlers only in the main thread and does not wake it: a main thread blocked in a system call with
+  no timeout (CN's wait for its container) slept on, and Ctrl-C was lost (CN's interrupt test hung
+  about every other time with SIGINT + SIGTERM). So the threads a runner starts take no stop signal
+  (``start_thread``: they block them), and the main thread waits in slices (``wait_thread``), never
+  in one long call: a stop signal taken by a thread that is not dlvirt's (a C library's pool, e.g.
+  OpenBLAS's, started when numpy loads) is acted on within a slice.
 """
 
 from __future__ import annotations
@@ -19,10 +27,13 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SLICE_S = 0.25  # the longest the main thread waits in one call for a thread (wait_thread)
 
 
 _stopping: list[int] = []  # the stop signal this process is acting on, once one has landed
@@ -77,3 +88,27 @@ def held() -> Iterator[None]:
         restore()
         if pending:
             signal.raise_signal(pending[0])
+
+
+def start_thread(target: Callable[[], Any], name: str) -> threading.Thread:
+    """Start ``target`` in a daemon thread that never takes a stop signal (see the module doc):
+    it is created with SIGINT and SIGTERM blocked, so the kernel hands them to another thread."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        thread.start()  # the new thread inherits the blocked mask
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # one that came meanwhile is delivered here
+    return thread
+
+
+def wait_thread(thread: threading.Thread, timeout_s: float | None = None) -> bool:
+    """Wait for ``thread`` to end, in slices of ``SLICE_S``, so that a stop signal lands in the main
+    thread within a slice whichever thread took it; False if it still runs after ``timeout_s``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while thread.is_alive():
+        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
+        if left <= 0:
+            return False
+        thread.join(left)
+    return True

@@ -24,7 +24,6 @@ import os
 import shutil
 import stat
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
-from dlvirt.core.signals import held
+from dlvirt.core.signals import held, start_thread, wait_thread
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import Expected, Platform, PlatformError, copy_regular_files, job_input_paths
 from dlvirt.system import docker_engine, engine_versions
@@ -185,15 +184,27 @@ class Container(Platform):
             self.container.start()
         except DockerException as exc:
             raise PlatformError(f"could not start the container: {exc}") from None
-        logs = threading.Thread(target=self._copy_logs, name="dlvirt-container-logs", daemon=True)
-        logs.start()
-        try:
-            status = self.container.wait(timeout=timeout_s)
-        except RequestException:
+        logs = start_thread(self._copy_logs, "dlvirt-container-logs")
+        # The engine's wait blocks until the container exits: in a thread of its own, while this (main)
+        # thread waits in slices, where a stop signal always lands (dlvirt.core.signals).
+        waited: dict[str, Any] = {}
+        container = self.container
+
+        def wait() -> None:
+            try:
+                waited["status"] = container.wait(timeout=timeout_s)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                waited["error"] = exc
+
+        wait_thread(start_thread(wait, "dlvirt-container-wait"))
+        if isinstance(waited.get("error"), RequestException):
             with contextlib.suppress(DockerException):
                 self.container.kill()
             raise PlatformError(f"harness exceeded the {timeout_s:.0f} s timeout; container killed") from None
-        logs.join(timeout=10)
+        if "error" in waited:
+            raise waited["error"]
+        status = waited["status"]
+        wait_thread(logs, timeout_s=10)
         self.container.reload()
         state = self.container.attrs["State"]
         if status["StatusCode"] != 0:

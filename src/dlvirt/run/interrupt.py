@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from dlvirt.core.owner import process_start_time
+from dlvirt.core.signals import start_thread
 
 SWEEP_S = 0.5
 SWEEPER = "dlvirt-stop-late-jobs"
@@ -97,7 +98,7 @@ def stop_jobs_on_interrupt() -> None:
     def forward(signum: int, frame: FrameType | None) -> Any:
         _stop(job_runners(os.getpid()), signalled)
         if not any(t.name == SWEEPER for t in threading.enumerate()):
-            threading.Thread(target=sweep, name=SWEEPER, daemon=True).start()
+            start_thread(sweep, SWEEPER)  # takes no SIGINT meant for Snakemake's main thread
         if callable(previous):
             return previous(signum, frame)
         raise KeyboardInterrupt
