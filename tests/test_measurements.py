@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,54 @@ def test_the_harness_imports_no_library_the_job_does_not_use_yet():
     code = f"import sys, dlvirt.run.harness; print(' '.join(m for m in {heavy!r} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert loaded == []
+
+
+class StandIn:
+    """An app of trivial stages that notes the thread each stage ran on (no framework, no model)."""
+
+    def __init__(self, plan, framework_pre: bool, samples: int = 7) -> None:
+        self.threads = plan
+        self.preprocess_on_framework_threads = framework_pre
+        self.samples = samples
+        self.ran_on: dict[str, set[int]] = {"pre": set(), "infer": set(), "post": set()}
+
+    def sample_count(self) -> int:
+        return self.samples
+
+    def begin_repetition(self, out_dir: Path) -> None:
+        pass
+
+    def end_repetition(self) -> dict:
+        return {}
+
+    def preprocess(self, index: int) -> int:
+        self.ran_on["pre"].add(threading.get_ident())
+        return index
+
+    def infer(self, batch: list[int]) -> list[int]:
+        self.ran_on["infer"].add(threading.get_ident())
+        return [2 * x for x in batch]
+
+    def postprocess(self, indices: list[int], outputs: list[int]) -> list[bytes]:
+        self.ran_on["post"].add(threading.get_ident())
+        return [bytes([x % 256]) for x in outputs]
+
+
+@pytest.mark.parametrize(("pipeline", "framework_pre"), [(None, False), (None, True), ("overlapped", True)])
+def test_inference_runs_on_the_thread_that_loaded_the_model_in_every_repetition(tmp_path, pipeline, framework_pre):
+    """One thread drives the framework for the whole launch (one warm intra-op pool, as in a plain
+    loop); pre-processing made of framework ops runs there too where the stages alternate."""
+    from types import SimpleNamespace
+
+    from dlvirt.run.harness import run_repetition
+
+    app = StandIn(plan_threads("granted", observed(2, None), pipeline), framework_pre)
+    job = SimpleNamespace(batch_size=3, loadgen={"min_query_count": 7, "min_duration_ms": 0, "expected_qps": 1})
+    for rep in range(2):
+        record = run_repetition(app, job, rep, tmp_path)
+        assert record.samples == 7 and record.batches == 3 and record.e2e_s > 0
+        assert record.phases["pre_cpu_s"] >= 0 and record.phases["infer_cpu_s"] >= 0
+    assert app.ran_on["infer"] == {threading.get_ident()}
+    inline = framework_pre and pipeline is None
+    assert (app.ran_on["pre"] == {threading.get_ident()}) == inline
+    assert threading.get_ident() not in app.ran_on["pre"] or inline

@@ -117,6 +117,12 @@ class App(ABC):
     dataset_index: ClassVar[str]  # the file a real dataset folder holds (apps.<app>.dataset.path)
     dataset_may_be_file: ClassVar[bool] = False  # dataset.path may also name that file itself
     weights_keys: ClassVar[tuple[str, ...]] = ("seed",)  # the settings its random initialisation depends on
+    # Pre-processing made of the framework's own ops (SR's features): the framework spreads them over
+    # its intra-op threads, so where the stages alternate the harness runs them on the inference
+    # thread. On N worker threads each would open a framework thread pool of its own: more runnable
+    # threads than cores, and OpenMP, seeing more of its threads than CPUs, stops keeping its pool
+    # spinning between parallel regions, which slows inference's many small ones.
+    preprocess_on_framework_threads: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

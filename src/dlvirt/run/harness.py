@@ -17,6 +17,14 @@ post-processes it, then the next, so the three stages' busy times add up to E2E 
 the phase figures show). Per stage a repetition records its *busy* wall time (the union of its
 calls' intervals, not a sum over threads), its CPU time, and ``stall_s``, the time inference waited
 for pre-processed samples; see ``ThreadPlan`` for how threads share the granted cores.
+
+The stages are driven from the harness's main thread, the one that loaded the model, in every
+repetition (LoadGen's test runs on a thread of its own and hands its queries over): as in a plain
+loop, one thread drives the framework for the whole launch, so its intra-op pool is made once and
+stays warm. A new driving thread per repetition would make a new OpenMP pool each time, and with
+two pools alive OpenMP counts more of its threads than CPUs and stops keeping them spinning
+between parallel regions (libgomp's throttled spin), so each of the many small regions of
+PyTorch's SR and RS would wake its helper threads from sleep. See docs/measurement.md, "Scaling".
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import dataclasses
 import json
 import math
 import os
+import queue
 import sys
 import threading
 import time
@@ -155,25 +164,54 @@ class OfflinePipeline:
         self.issued_at: float | None = None
         self.completed_at: float | None = None
         self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
         self.completed_ids: set[int] = set()
+        # issued queries, handed from LoadGen's thread to the serving one; None: the test ended
+        self.queries: queue.SimpleQueue[list[tuple[int, int]] | None] = queue.SimpleQueue()
+        # alternating stages: an app whose pre-processing is framework ops runs it on the serving thread
+        self.inline_pre = not self.plan.overlap and getattr(app, "preprocess_on_framework_threads", False)
 
     # LoadGen callbacks ---------------------------------------------------------------------------
     def issue_queries(self, query_samples: list[Any]) -> None:
-        self.issued_cpu, self.issued_at = time.process_time(), time.perf_counter()
-        samples = [(q.id, q.index) for q in query_samples]
-        self.thread = threading.Thread(target=self._run, args=(samples,), name="dlvirt-pipeline")
-        self.thread.start()
+        if self.issued_at is None:
+            self.issued_cpu, self.issued_at = time.process_time(), time.perf_counter()
+        self.queries.put([(q.id, q.index) for q in query_samples])
 
     def flush_queries(self) -> None:
         pass
 
+    # the serving thread ------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Run the pipeline of each issued query on the calling thread until ``test_ended``. If this
+        thread is stopped (an exception while it waits), later queries are completed unanswered so
+        that LoadGen's test can end, and the exception goes on."""
+        try:
+            while (samples := self.queries.get()) is not None:
+                self._run(samples)
+        except BaseException:
+            while (samples := self.queries.get()) is not None:
+                self._complete([sid for sid, _ in samples], [b""] * len(samples))
+            raise
+
+    def test_ended(self) -> None:
+        """LoadGen's test returned (or failed): ``serve`` returns once it has served what came."""
+        self.queries.put(None)
+
     # pipeline ------------------------------------------------------------------------------------
     def _preprocess(self, index: int) -> Any:
-        start, cpu = time.perf_counter(), time.thread_time()
+        # a worker's own CPU; inline, the process's (the framework's pool helps; nothing else runs)
+        clock = time.process_time if self.inline_pre else time.thread_time
+        start, cpu = time.perf_counter(), clock()
         item = self.app.preprocess(index)
-        self.pre.record(start, time.perf_counter(), time.thread_time() - cpu)
+        self.pre.record(start, time.perf_counter(), clock() - cpu)
         return item
+
+    def _preprocessed(self, pool: ThreadPoolExecutor, index: int) -> Future[Any]:
+        """``index`` pre-processed on ``pool``, or here and now where pre-processing is inline."""
+        if not self.inline_pre:
+            return pool.submit(self._preprocess, index)
+        done: Future[Any] = Future()
+        done.set_result(self._preprocess(index))
+        return done
 
     def _complete(self, ids: list[int], answers: list[bytes]) -> None:
         buffers = [np.frombuffer(a, dtype=np.uint8) if a else np.zeros(0, np.uint8) for a in answers]
@@ -214,15 +252,15 @@ class OfflinePipeline:
             with ThreadPoolExecutor(workers, thread_name_prefix="pre") as pre_pool, \
                     ThreadPoolExecutor(1, thread_name_prefix="post") as post_pool:
                 pending: collections.deque[tuple[int, int, Future[Any]]] = collections.deque()
-                queue = iter(samples)
+                issued = iter(samples)
                 posts: list[Future[None]] = []
 
                 def top_up() -> None:
                     while len(pending) < ahead:
-                        nxt = next(queue, None)
+                        nxt = next(issued, None)
                         if nxt is None:
                             return
-                        pending.append((nxt[0], nxt[1], pre_pool.submit(self._preprocess, nxt[1])))
+                        pending.append((nxt[0], nxt[1], self._preprocessed(pre_pool, nxt[1])))
 
                 top_up()
                 while pending:
@@ -234,16 +272,12 @@ class OfflinePipeline:
                         top_up()
                 for post in posts:
                     post.result()
-                self.samples = len(samples)
+                self.samples += len(samples)
         except BaseException as exc:  # LoadGen must still see every sample complete, or it waits forever
             self.error = exc
             traceback.print_exc()
             remaining = [sid for sid, _ in samples if sid not in self.completed_ids]
             self._complete(remaining, [b""] * len(remaining))
-
-    def join(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
 
     def phases(self) -> dict[str, float | None]:
         window_cpu = (self.completed_cpu or 0.0) - (self.issued_cpu or 0.0)
@@ -254,9 +288,10 @@ class OfflinePipeline:
 
 
 class StreamPipeline(OfflinePipeline):
-    """SingleStream and Server: LoadGen issues queries of one sample while the test runs; a serving
-    thread takes what has arrived (at most ``batch_size`` samples) through the same pre-process →
-    infer → post-process stages on the same thread plan. ``overlap``: a sample's pre-processing
+    """SingleStream and Server: LoadGen issues queries of one sample while the test runs; the serving
+    thread (``serve``: the harness's main thread) takes what has arrived (at most ``batch_size``
+    samples) through the same pre-process → infer → post-process stages on the same thread plan.
+    ``overlap``: a sample's pre-processing
     starts when it arrives, beside inference of the batch before; otherwise the serving thread
     pre-processes a batch, infers it, post-processes it, then takes the next."""
 
@@ -268,8 +303,6 @@ class StreamPipeline(OfflinePipeline):
         workers = self.plan.pre_workers
         self.pre_pool = ThreadPoolExecutor(workers, thread_name_prefix="pre")
         self.post_pool = ThreadPoolExecutor(1, thread_name_prefix="post")
-        self.thread = threading.Thread(target=self._serve, name="dlvirt-serve")
-        self.thread.start()
 
     def issue_queries(self, query_samples: list[Any]) -> None:
         if self.issued_at is None:
@@ -297,7 +330,7 @@ class StreamPipeline(OfflinePipeline):
         taken: list[tuple[int, int, Future[Any] | None]] = []
         try:
             while (taken := self._take() or []):
-                batch = [(sid, idx, pre if pre is not None else self.pre_pool.submit(self._preprocess, idx))
+                batch = [(sid, idx, pre if pre is not None else self._preprocessed(self.pre_pool, idx))
                          for sid, idx, pre in taken]
                 self._infer_batch(batch, self.post_pool if self.plan.post_thread else None, posts)
                 self.samples += len(batch)
@@ -313,14 +346,17 @@ class StreamPipeline(OfflinePipeline):
             remaining = [sid for sid, _, _ in left if sid not in self.completed_ids]
             self._complete(remaining, [b""] * len(remaining))
 
-    def join(self) -> None:
+    def serve(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self.pre_pool.shutdown()
+            self.post_pool.shutdown()
+
+    def test_ended(self) -> None:
         with self.wake:
             self.stopping = True
             self.wake.notify()
-        if self.thread is not None:
-            self.thread.join()
-        self.pre_pool.shutdown()
-        self.post_pool.shutdown()
 
 
 # A derived min_duration_ms asks for this share of the time the workload takes at the estimated
@@ -439,10 +475,23 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
     # QSL load/unload are no-ops on purpose: E2E includes reading samples from storage.
     qsl = lg.ConstructQSL(total, perf_count, lambda _: None, lambda _: None)
     started = datetime.now(UTC)
+
+    def loadgen_test() -> None:
+        try:
+            lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        except BaseException as exc:
+            pipeline.error = pipeline.error or exc
+        finally:
+            pipeline.test_ended()
+
+    # LoadGen's test on a thread of its own; its queries are served here, on the thread that loaded
+    # the model (see the module's docstring)
+    test = threading.Thread(target=loadgen_test, name="loadgen-test")
+    test.start()
     try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        pipeline.serve()
     finally:
-        pipeline.join()
+        test.join()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     finished = datetime.now(UTC)

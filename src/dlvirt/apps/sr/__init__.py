@@ -47,6 +47,7 @@ class SpeechRecognition(torch_runtime.TorchModelApp):
                    dataset="LibriSpeech dev-clean", order=1, processors=("CPU",),
                    why_no_gpu="MLPerf's RNN-T reference runs on CPU only, as in the paper's Table I")
     dataset_index = MANIFEST
+    preprocess_on_framework_threads = True  # LogMelFeatures: torch's STFT, matmul, log, statistics
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
