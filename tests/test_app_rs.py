@@ -64,6 +64,36 @@ def test_malformed_lines_are_refused_naming_where():
         parse_lines(bad_int.encode())
 
 
+def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_rest():
+    """parse_lines parses well-formed lines over their bytes (array operations, the GIL released)
+    and anything else by Python's string parsing; both give the same arrays."""
+    from dlvirt.apps.rs import parse_bytes, parse_lines_checked, synthetic_lines
+
+    def same(text: bytes) -> None:
+        got, want = parse_lines(text), parse_lines_checked(text)
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+    generated = synthetic_lines(np.random.default_rng(3), 3000)
+    assert parse_bytes(generated) is not None
+    same(generated)
+    same(generated.rstrip(b"\n"))  # a last line without its newline
+    odd = ["007", "-0", "-12", "9" * 18, "0"]
+    line = "\t".join(["1", *odd, *[""] * 8, "0", "00000000", "fFfF", *[""] * 23]) + "\n"
+    assert parse_bytes(line.encode()) is not None
+    same(line.encode())
+    # what Python's int() takes but the byte parser leaves to it: a sign, spaces, 19 digits, CRLF
+    for value in ("+5", " 5", "1" + "0" * 18):
+        other = line.replace("007", value, 1).encode()
+        assert parse_bytes(other) is None
+        same(other)
+    with pytest.raises(AppError, match="not an integer"):  # beyond int64
+        parse_lines(line.replace("007", "9" * 19, 1).encode())
+    assert parse_bytes(line.replace("\n", "\r\n").encode()) is None
+    same(line.replace("\n", "\r\n").encode())
+    for bad in (b"", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode()):
+        assert parse_bytes(bad) is None
+
+
 def test_samples_group_consecutive_lines(tmp_path):
     sizes = lines_per_sample(DATASET)
     assert len(sizes) == 6 and sizes.min() >= 3 and sizes.max() <= 9
