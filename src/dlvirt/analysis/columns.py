@@ -46,10 +46,10 @@ _LAUNCH_PART_MEANING = {
 
 # the columns that name a row: one row per tool x app x scenario x site (x VMM)
 KEY: tuple[Column, ...] = (
-    Column("tool", "str", "run tool: mlperf (E2E through LoadGen Offline), mlperf-SingleStream or mlperf-Server "
-           "(per-query latency) or dlbs (model-only)"),
-    Column("app", "str", "DL application (ic, sr, nlp, rs)"),
-    Column("platform", "str", "execution platform (BM, VM, MVM, CN, VMCN)"),
+    Column("tool", "str", "run tool: one of study.tools (E2E through LoadGen Offline, or model-only); the LoadGen "
+           "tool in SingleStream or Server adds -SingleStream / -Server (per-query latency)"),
+    Column("app", "str", "DL application, one of study.apps"),
+    Column("platform", "str", "execution platform, one of the matrix's platforms"),
     Column("cores", "int", "CPU cores the scenario grants"),
     Column("pinning", "str", "VNL (vanilla: any cores) or PIN (pinned to cores)"),
     Column("processor", "str", "CPU or GPU"),
@@ -89,13 +89,13 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("stall_s", "float", "mean time inference waited for pre-processed samples per repetition (s)"),
     Column("throttled_pct", "float", "CFS periods throttled per 100 periods (NaN without a quota)"),
     Column("throttled_s", "float", "mean CFS throttled time per repetition (s)"),
-    Column("steal_pct", "float", "mean steal time, % of the repetition (inside a VM)"),
+    Column("steal_pct", "float", "mean steal time, % of the repetition (inside a guest)"),
     Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
     Column("samples", "int", "samples per repetition"),
     Column("samples_per_s", "float", "mean throughput (samples/s)"),
     Column("loadgen_valid", "bool", "every repetition LoadGen-VALID (empty for model-only rows)"),
     Column("accel", "str", "a guest's acceleration: kvm, tcg (emulated), or none"),
-    Column("boot_s", "float", "mean platform boot time (s), for platforms that boot (VM, MVM, VMCN)"),
+    Column("boot_s", "float", "mean platform boot time (s), for platforms that boot a guest"),
     Column("threads_policy", "str", "thread policy: granted or framework-default"),
     Column("threads", "int", "intra-op threads the framework reported using"),
     Column("pipeline", "str", "how the LoadGen pipeline ran: overlapped or sequential (empty: model-only)"),
