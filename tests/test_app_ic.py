@@ -10,7 +10,7 @@ from PIL import Image
 
 from dlvirt.apps.base import ThreadPlan, verified_weights
 from dlvirt.apps.ic import CHANNEL_MEANS, IMAGE_SIZE, ImageClassification, preprocess_image, read_val_map
-from dlvirt.run import dlbs
+from dlvirt.run.tools import dlbs
 
 
 def test_solid_colour_jpeg_becomes_colour_minus_means(tmp_path):

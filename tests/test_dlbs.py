@@ -11,7 +11,7 @@ from conftest import run_one_job
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.core.records import HarnessJob
 from dlvirt.core.scenario import Scenario
-from dlvirt.run import dlbs
+from dlvirt.run.tools import dlbs
 
 
 def test_log_round_trips_through_the_parser():

@@ -60,8 +60,8 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.core.records import RecordError
     from dlvirt.platforms.base import PlatformError
     from dlvirt.platforms.guestimage import ImageError
-    from dlvirt.run.dlbs import DlbsError
     from dlvirt.run.remote import RemoteError
+    from dlvirt.run.tools.dlbs import DlbsError
     from dlvirt.system.cgroups import CgroupError
     from dlvirt.system.engines import EngineError
 
@@ -117,7 +117,9 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 def _print_times(result: JobResult) -> None:
     times = ", ".join(f"{r.e2e_s:.3f}" for r in result.runs)
-    measure = "model-only" if result.tool == "dlbs" else "E2E"
+    from dlvirt.run.tools import tool_class
+
+    measure = tool_class(result.tool).kind.measure
     print(f"{result.scenario_name} {result.tool} {result.app}: {measure} seconds per repetition: {times}")
 
 
@@ -237,7 +239,9 @@ def _design_inputs(args: argparse.Namespace, records: list[Any]) -> Any:
 
     given = {"within": args.within_cv, "between": args.between_cv, "launch_s": args.launch_s,
              "repetition_s": args.repetition_s}
-    found = design.from_records(records, "mlperf") or design.from_records(records)
+    from dlvirt.run.tools import primary
+
+    found = design.from_records(records, primary()) or design.from_records(records)
     if found is None and None in given.values():
         raise UsageError("plan --design: no run records with two launches of a scenario under "
                          f"{args.runs}: give --within-cv, --between-cv, --launch-s and --repetition-s")
@@ -252,6 +256,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.plan import design
     from dlvirt.plan.estimate import adaptive_count, estimate, read_records, report
     from dlvirt.plan.planner import expand
+    from dlvirt.run.tools import primary
     from dlvirt.system.hostinfo import capabilities
 
     if not (args.estimate or args.design):  # results/plan.json is the workflow's own plan (rule study_plan)
@@ -266,8 +271,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         inputs = _design_inputs(args, records)
         setting = config["study"]["repetitions"]
         n = setting if isinstance(setting, int) else adaptive_count(setting, math.sqrt(inputs.within))
-        tool = "mlperf" if "mlperf" in config["study"]["tools"] else config["study"]["tools"][0]
-        scenarios = sorted({(j.app, j.scenario) for j in plan.jobs if j.tool == tool}, key=lambda p: (p[0], p[1].name))
+        tool = primary(config["study"]["tools"])
+        scenarios = sorted({(j.app, j.scenario) for j in plan.jobs_of(tool)}, key=lambda p: (p[0], p[1].name))
         print(design.report(inputs, config, scenarios, n, args.target_case, args.target_claim, args.margin))
     return 0
 

@@ -22,7 +22,7 @@ from dlvirt.core.atomic import write_json_atomic  # noqa: E402
 from dlvirt.core.kinds import CONTAINER_IMAGE  # noqa: E402
 from dlvirt.core.memory import parse_mib  # noqa: E402
 from dlvirt.platforms import KINDS as PLATFORM_KINDS, container_platform  # noqa: E402
-from dlvirt.run.dlbs import brings_own_model, settings_for as dlbs_settings  # noqa: E402
+from dlvirt.run.tools import tool_class  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
@@ -159,7 +159,7 @@ def quoted_json(data):
 
 
 def run_files(tool, app):
-    return sorted(RUN_FILE.format(**job.wildcards) for job in PLAN.jobs if job.tool == tool and job.app == app)
+    return sorted(RUN_FILE.format(**job.wildcards) for job in PLAN.jobs_of(tool, app))
 
 
 def summary_files():
@@ -220,7 +220,8 @@ def weights_file(job):
     app = config["apps"][job.app]
     if (app.get("weights") or {}).get("path"):
         return None
-    if job.tool == "dlbs" and brings_own_model(dlbs_settings(config["dlbs"], job.app), job.app):
+    tool = tool_class(job.tool)
+    if tool.brings_own_model(tool.job_settings(config, job.app), job.app):
         return None
     cls = app_class(job.app)
     return WEIGHTS_FILE.format(app=job.app, tag=cls.weights_tag(app), weights_name=cls.weights_file_name(app))
@@ -242,8 +243,10 @@ def weights_settings(wildcards):
 def benchmark_spec(job):
     """The runner's spec of ``job``, wherever it runs (this host, a cluster node, an edge host)."""
     app = config["apps"][job.app]
-    # only dlbs jobs carry the dlbs settings (merged for their app): changing them reruns only those
-    tool_settings = {"dlbs": dlbs_settings(config["dlbs"], job.app)} if job.tool == "dlbs" else {}
+    # a job carries its tool's own section (merged for its app): changing it reruns only that tool's jobs
+    tool = tool_class(job.tool)
+    settings = tool.job_settings(config, job.app)
+    tool_settings = {tool.kind.section: settings} if tool.kind.section and settings is not None else {}
     return {
         **tool_settings,
         "tool": job.tool,

@@ -36,8 +36,7 @@ def site_run_files(tool, app):
     return sorted(
         SITE_RUN_FILE.format(site=site, **job.wildcards)
         for site in SITES
-        for job in site_plan(site).jobs
-        if job.tool == tool and job.app == app
+        for job in site_plan(site).jobs_of(tool, app)
     )
 
 

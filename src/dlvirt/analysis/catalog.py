@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# the tools whose rows the figures draw (dlvirt.run.tools): the paper's E2E measurement, and model-only
+E2E_TOOL, MODEL_ONLY_TOOL = "mlperf", "dlbs"
+
 
 @dataclass(frozen=True)
 class FigureSpec:
     id: str
     title: str
-    tool: str                        # mlperf (E2E) or dlbs (model-only)
+    tool: str                        # E2E_TOOL or MODEL_ONLY_TOOL
     apps: tuple[str, ...]            # the per-app summaries it reads
     shows: str                       # what is plotted, for the report
     paper: str                       # what the paper reports in this figure
@@ -44,50 +47,50 @@ _E2E = ("One line per platform and CPU mode (solid: vanilla, dashed: pinned) aga
         "error bars are 95 % confidence intervals; hollow markers are emulated (TCG) guests.")
 
 FIGURES: tuple[FigureSpec, ...] = (
-    _e2e("fig4a", "Fig. 4a: IC E2E inference time (CPU)", "mlperf", ("ic",), _E2E,
+    _e2e("fig4a", "Fig. 4a: IC E2E inference time (CPU)", E2E_TOOL, ("ic",), _E2E,
          "Pinned platforms are fastest; vanilla CN carries an outlier overhead at small core counts; "
          "from 32 cores on, BM is slower than the virtualised platforms.",
          ("pinning", "cn_overhead_chr", "scale_up_limit"), processors=("CPU",)),
-    _e2e("fig4b", "Fig. 4b: IC E2E inference time (GPU)", "mlperf", ("ic",), _E2E,
+    _e2e("fig4b", "Fig. 4b: IC E2E inference time (GPU)", E2E_TOOL, ("ic",), _E2E,
          "With a GPU, pre- and post-processing on the CPU dominate; scale-up beyond 32 cores slows IC down.",
          ("gpu_speedup", "scale_up_limit"), processors=("GPU",)),
-    _e2e("fig5", "Fig. 5: IC model-only inference time (DLBS)", "dlbs", ("ic",),
+    _e2e("fig5", "Fig. 5: IC model-only inference time (DLBS)", MODEL_ONLY_TOOL, ("ic",),
          "DLBS-style model-only time (synthetic tensors, no pre/post-processing) per platform and "
          "CPU mode against the scale-up level, CPU and GPU panels, 95 % CI.",
          "Without pre- and post-processing the differences between platforms shrink: the model alone "
          "hides much of the overhead that the E2E time shows.", ylabel="model-only inference time (s)"),
-    _e2e("fig6", "Fig. 6: SR E2E inference time (CPU)", "mlperf", ("sr",), _E2E,
+    _e2e("fig6", "Fig. 6: SR E2E inference time (CPU)", E2E_TOOL, ("sr",), _E2E,
          "Platforms follow one trend up to 32 cores (except vanilla CN); 64-core VM-based instances "
          "span two sockets and slow down sharply; E2E time falls up to 8 cores only.",
          ("pinning", "scale_up_limit"), processors=("CPU",)),
-    _e2e("fig7a", "Fig. 7a: NLP E2E inference time (CPU)", "mlperf", ("nlp",), _E2E,
+    _e2e("fig7a", "Fig. 7a: NLP E2E inference time (CPU)", E2E_TOOL, ("nlp",), _E2E,
          "16 cores give the lowest E2E time on every platform but vanilla CN; pinned platforms beat "
          "vanilla ones.", ("pinning", "scale_up_limit"), processors=("CPU",)),
-    _e2e("fig7b", "Fig. 7b: NLP E2E inference time (GPU)", "mlperf", ("nlp",), _E2E,
+    _e2e("fig7b", "Fig. 7b: NLP E2E inference time (GPU)", E2E_TOOL, ("nlp",), _E2E,
          "The GPU speeds NLP up more than 3× on every platform; scale-up and pinning matter little.",
          ("gpu_speedup",), processors=("GPU",)),
-    _e2e("fig8a", "Fig. 8a: RS E2E inference time (CPU)", "mlperf", ("rs",), _E2E,
+    _e2e("fig8a", "Fig. 8a: RS E2E inference time (CPU)", E2E_TOOL, ("rs",), _E2E,
          "Outlier overhead of vanilla CN, no gain from scaling up to 64 cores, pinning helps.",
          ("pinning", "cn_overhead_chr", "scale_up_limit"), processors=("CPU",)),
-    _e2e("fig8b", "Fig. 8b: RS E2E inference time (GPU)", "mlperf", ("rs",), _E2E,
+    _e2e("fig8b", "Fig. 8b: RS E2E inference time (GPU)", E2E_TOOL, ("rs",), _E2E,
          "The GPU barely improves RS: pre- and post-processing on the CPU dominate.",
          ("gpu_speedup",), processors=("GPU",)),
-    FigureSpec("fig9", "Fig. 9: no idle host cores (IC, CPU)", "mlperf", ("ic",),
+    FigureSpec("fig9", "Fig. 9: no idle host cores (IC, CPU)", E2E_TOOL, ("ic",),
                "E2E time of instances as large as the host (instance cores = host cores) for BM, CN, VM and "
                "VMCN, vanilla and pinned, 95 % CI.",
                "Without idle host cores the overhead of the virtualised platforms, vanilla VM and VMCN in "
                "particular, is well above BM.", ("no_idle_cores",), processors=("CPU",),
                parameters={"app": "ic", "platforms": ["BM", "CN", "VM", "VMCN"]}),
-    FigureSpec("fig10", "Fig. 10: MVM against the other platforms", "mlperf", ("ic", "sr", "nlp", "rs"),
+    FigureSpec("fig10", "Fig. 10: MVM against the other platforms", E2E_TOOL, ("ic", "sr", "nlp", "rs"),
                "E2E time per app at the largest MVM level (vanilla, CPU), normalised per app to BM, next to "
                "the platforms' boot times.",
                "MVM and VM perform alike except for I/O-heavy NLP, where MVM is slower; MVM boots much faster.",
                ("mvm_like_vm",), processors=("CPU",), parameters={"platform": "MVM"}),
-    FigureSpec("fig11", "Fig. 11: the edge (IC and SR)", "mlperf", ("ic", "sr"),
+    FigureSpec("fig11", "Fig. 11: the edge (IC and SR)", E2E_TOOL, ("ic", "sr"),
                "E2E time per platform on the edge host, normalised per app to BM.",
                "On the edge (all of the device's cores, CHR = 1) CN adds the least overhead; VMCN the most.",
                ("cn_cheapest_chr1",), edge=True, parameters={"apps": ["ic", "sr"]}),
-    *(FigureSpec(f"phases_{app}", f"Phase breakdown: {app.upper()}", "mlperf", (app,),
+    *(FigureSpec(f"phases_{app}", f"Phase breakdown: {app.upper()}", E2E_TOOL, (app,),
                  "Share of pre-processing, inference and post-processing in the time spent in the phases, "
                  "per scenario, with the mean E2E time beside each bar.",
                  paper, notebook="phases", parameters={"app": app})

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from dlvirt.analysis.catalog import E2E_TOOL  # noqa: E402
 from dlvirt.analysis.plandoc import PlanDocument  # noqa: E402
 from dlvirt.analysis.rows import (  # noqa: E402
     BOOT,
@@ -203,7 +204,7 @@ def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str
     apply_style()
     wanted = set(platforms)
     platforms = [p for p in plan.kinds.platform_order if p in wanted]
-    rows = select(main_site(load_summaries(summaries)), tool="mlperf", app=app, processor=processor,
+    rows = select(main_site(load_summaries(summaries)), tool=E2E_TOOL, app=app, processor=processor,
                   platform=tuple(platforms))
     cores = host_cores(host)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
@@ -219,13 +220,13 @@ def idle_cores_figure(summaries: str | Path | Iterable[str | Path], *, host: str
             if at_level.empty:
                 fallback = (f"no {app.upper()} runs below the host's {cores} cores" if level is None
                             else f"no {app.upper()} runs with {level} cores")
-                not_measured(ax, why_missing(plan, fallback, tool="mlperf", app=app, processor=processor,
+                not_measured(ax, why_missing(plan, fallback, tool=E2E_TOOL, app=app, processor=processor,
                                              platforms=tuple(platforms), cores=level))
                 ax.set_title(title.format(c=level if level else "fewer", h=cores), fontsize=10)
                 continue
             present = [p for p in platforms if p in set(at_level["platform"])]
             _level_bars(ax, at_level, present, title.format(c=level, h=cores))
-            absent_note(ax, at_level, platforms, plan, tool="mlperf", app=app, processor=processor, cores=level)
+            absent_note(ax, at_level, platforms, plan, tool=E2E_TOOL, app=app, processor=processor, cores=level)
     axes[0].set_ylim(bottom=0)  # shared by both panels; set once both are drawn
     fig.suptitle(f"Fig. 9: {app.upper()} E2E time without idle host cores ({processor})")
     _footer(fig, host)
@@ -255,11 +256,11 @@ def mvm_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocume
     time normalised per app, and the platforms' boot times."""
     apply_style()
     frame = main_site(load_summaries(summaries))
-    rows = select(frame, tool="mlperf", pinning="VNL", processor="CPU")
+    rows = select(frame, tool=E2E_TOOL, pinning="VNL", processor="CPU")
     mvm = select(rows, platform=platform)
     if mvm.empty:
         fig, ax = plt.subplots(figsize=(8, 4.2))
-        not_measured(ax, why_missing(plan, f"no {platform} runs in the summary", tool="mlperf", processor="CPU",
+        not_measured(ax, why_missing(plan, f"no {platform} runs in the summary", tool=E2E_TOOL, processor="CPU",
                                      platforms=(platform,)))
     else:
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
@@ -267,7 +268,7 @@ def mvm_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocume
         at_level = select(rows, cores=level)
         _normalised_bars(left, at_level, present(plan.kinds.app_order, at_level, "app"), plan)
         left.set_title(f"E2E time, {level} cores, vanilla, CPU", fontsize=10)
-        absent_note(left, at_level, plan.kinds.platform_order, plan, tool="mlperf", processor="CPU", cores=level)
+        absent_note(left, at_level, plan.kinds.platform_order, plan, tool=E2E_TOOL, processor="CPU", cores=level)
         boots = at_level.dropna(subset=[BOOT]) if BOOT in at_level else at_level.iloc[0:0]
         if boots.empty:
             not_measured(right, f"no boot times in the summary (column {BOOT}, recorded by booting platforms)")
@@ -299,7 +300,7 @@ def edge_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocum
     normalised per app."""
     apply_style()
     apps = [a for a in plan.kinds.app_order if a in set(apps)]
-    rows = select(edge_sites(load_summaries(summaries)), tool="mlperf", app=apps, processor="CPU", pinning="VNL")
+    rows = select(edge_sites(load_summaries(summaries)), tool=E2E_TOOL, app=apps, processor="CPU", pinning="VNL")
     sites = sorted(rows[SITE].unique()) if not rows.empty else []
     fig, axes = plt.subplots(1, max(1, len(sites)), figsize=(6.4 * max(1, len(sites)), 4.2), squeeze=False)
     if not sites:
@@ -316,7 +317,7 @@ def edge_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocum
 
 
 def phases_figure(summaries: str | Path | Iterable[str | Path], *, app: str, plan: PlanDocument,
-                  host: str | Path | None = None, tool: str = "mlperf") -> plt.Figure:
+                  host: str | Path | None = None, tool: str = E2E_TOOL) -> plt.Figure:
     """Stacked bars of phase shares, one per scenario, mean E2E time beside each."""
     apply_style()
     rows = scenario_order(select(main_site(load_summaries(summaries)), tool=tool, app=app), plan.kinds)

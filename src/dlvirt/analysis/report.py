@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.analysis.catalog import BY_ID, FigureSpec
+from dlvirt.analysis.catalog import BY_ID, E2E_TOOL, FigureSpec
 from dlvirt.analysis.claims.study import MIN_LAUNCHES
 from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.analysis.rows import (
@@ -129,7 +129,7 @@ def _frequency(freq: dict[str, Any] | None) -> str:
 
 
 def _phase_table(frame: pd.DataFrame, plan: PlanDocument) -> pd.DataFrame:
-    rows = scenario_order(select(main_site(frame), tool="mlperf"), plan.kinds) if not frame.empty else frame
+    rows = scenario_order(select(main_site(frame), tool=E2E_TOOL), plan.kinds) if not frame.empty else frame
     if rows.empty:
         return pd.DataFrame()
     shares = phase_shares(rows).rename(columns={c: f"{n} share" for c, n in PHASES.items()})

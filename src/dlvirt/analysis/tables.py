@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.core.scenario import LOCAL_SITE
@@ -47,7 +48,7 @@ def app_table(records: list[dict[str, Any]], plan: PlanDocument) -> pd.DataFrame
                          "framework": kind["framework"], "dataset": kind["dataset"], "dataset_source": "-",
                          "weights": "-", "requests_per_workload": "-", "batch_size": "-",
                          "gpu_support": _gpu_support(kind), "gpu_measured": "no", "tools": "-", "jobs": 0,
-                         "note": "no runs: " + ("; ".join(reasons(plan.left_out, tool="mlperf", app=app))
+                         "note": "no runs: " + ("; ".join(reasons(plan.left_out, tool=E2E_TOOL, app=app))
                                                 or "none planned")})
             continue
         rows.append({

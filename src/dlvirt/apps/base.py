@@ -123,6 +123,7 @@ class App(ABC):
     # threads than cores, and OpenMP, seeing more of its threads than CPUs, stops keeping its pool
     # spinning between parallel regions, which slows inference's many small ones.
     preprocess_on_framework_threads: ClassVar[bool] = False
+    in_process: bool = True  # it holds its model in the harness's process (dlvirt.run.tools.base.ModelHost)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

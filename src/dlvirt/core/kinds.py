@@ -1,5 +1,6 @@
-"""What the rest of dlvirt needs to know about a kind of platform or app, declared once by its module
-(``dlvirt.platforms.<name>``, ``dlvirt.apps.<name>``) and collected by the registries.
+"""What the rest of dlvirt needs to know about a kind of platform, app or measurement tool, declared once
+by its module (``dlvirt.platforms.<name>``, ``dlvirt.apps.<name>``, ``dlvirt.run.tools.<name>``) and
+collected by the registries.
 
 Everything that used to list platforms or apps by hand derives from these declarations: scenario
 validation, the Snakemake wildcards and image inputs, the schema check, figure order and colour,
@@ -10,7 +11,7 @@ writes the display facts (``display()``) into ``results/plan.json`` and analysis
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from dlvirt.core.errors import ConfigError
 
@@ -69,6 +70,28 @@ class AppKind:
         return facts
 
 
+Measure = Literal["E2E", "model-only"]
+
+
+@dataclass(frozen=True)
+class ToolKind:
+    name: str                     # the short name (study.tools); also its path component in results/
+    title: str                    # what it is, in words
+    measure: Measure              # what a repetition's time is: E2E (read, pre-process, infer, post-process)
+    order: int                    # its place in tables and listings (lowest first: the paper's measurement)
+    phases: tuple[str, ...]       # the phases its repetitions time, of pre_s, infer_s, post_s
+    section: str | None = None    # its own config section (the schema's), merged per app into a job's spec
+
+    @property
+    def preprocessing(self) -> bool:
+        """Whether its repetitions read and pre-process samples (E2E) or time the model alone."""
+        return "pre_s" in self.phases
+
+    def display(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "measure": self.measure, "order": self.order,
+                "phases": list(self.phases)}
+
+
 @dataclass(frozen=True)
 class Kinds:
     """The display facts of every registered platform and app, in figure order: what analysis knows
@@ -110,10 +133,10 @@ class Kinds:
 
 
 class Declared(Protocol):
-    """A platform or app class: what the registries collect."""
+    """A platform, app or tool class: what the registries collect."""
 
     @property
-    def kind(self) -> PlatformKind | AppKind: ...
+    def kind(self) -> PlatformKind | AppKind | ToolKind: ...
 
 
 D = TypeVar("D", bound=Declared)

@@ -237,6 +237,7 @@ def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: in
     from dlvirt.apps import app_class
     from dlvirt.platforms import CLASSES as PLATFORM_CLASSES
     from dlvirt.platforms.guestimage import IMAGE_FILES
+    from dlvirt.run.tools import tool_class
 
     for app in config["study"]["apps"]:
         settings = config["apps"][app]
@@ -251,8 +252,8 @@ def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: in
         bounds = settings["dataset"].get("lines_per_sample")
         if bounds and bounds["min"] > bounds["max"]:
             raise ConfigError(f"apps.{app}.dataset.lines_per_sample: min {bounds['min']} > max {bounds['max']}")
-    if "dlbs" in config["study"]["tools"]:
-        _check_path(config["dlbs"].get("path"), "dlbs.path", "dir")
+    for tool in config["study"]["tools"]:
+        tool_class(tool).check_config(config, _check_path)
     platforms = _planned_platforms(config)
     # What each platform's section holds (paths, memory sizes), its class declares.
     for name in sorted(platforms):

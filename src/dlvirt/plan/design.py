@@ -48,7 +48,7 @@ def from_records(records: list[JobResult], tool: str | None = None) -> Inputs | 
     """The components pooled over every scenario of ``records`` (of ``tool``: claims read MLPerf),
     and the mean cost of a launch and of a counted repetition; None without two launches of one
     scenario with two repetitions."""
-    records = [r for r in records if tool is None or r.tool == tool]
+    records = [r for r in records if tool in (None, r.tool)]
     groups: dict[tuple[Any, ...], list[JobResult]] = {}
     for r in records:
         groups.setdefault((r.tool, r.app, r.scenario_name, r.site, r.platform.get("vmm")), []).append(r)

@@ -25,7 +25,7 @@ from dlvirt.core.interval import t_half_width
 from dlvirt.core.machinetime import hours, launch_overhead_s
 from dlvirt.core.records import JobResult, read_run_records
 from dlvirt.plan.planner import Job, Plan, kinds
-from dlvirt.run.dlbs import settings_for as dlbs_settings
+from dlvirt.run.tools import tool_class
 
 # a fixed count's adaptive alternative: stop a launch early once ±5 % is reached, at most the count
 FIXED_ALTERNATIVE = {"min": 2, "rel_ci95": 0.05}
@@ -69,11 +69,7 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
 
 
 def samples_per_repetition(config: dict[str, Any], job: Job) -> int:
-    app = config["apps"][job.app]
-    if job.tool == "dlbs":
-        dlbs = dlbs_settings(config["dlbs"], job.app)
-        return int(dlbs["exp.num_batches"]) * int(dlbs.get("exp.replica_batch") or app["batch_size"])
-    return int(app["loadgen"].get("min_query_count") or app["dataset"]["count"])
+    return tool_class(job.tool).samples_per_repetition(config, job.app)
 
 
 def adaptive_setting(setting: int | dict[str, Any]) -> dict[str, Any]:

@@ -25,10 +25,12 @@ from dlvirt.core.scenario import LOCAL_SITE, PROCESSORS, Scenario
 from dlvirt.plan.leftout import EVERY_SCENARIO, Gap
 from dlvirt.platforms import KINDS as PLATFORM_KINDS
 from dlvirt.platforms import platform_class
+from dlvirt.run.tools import CLASSES as TOOL_CLASSES
+from dlvirt.run.tools import tool_class
 from dlvirt.system.hostinfo import Capabilities
 
-# Measurement tools: "mlperf" = E2E through MLPerf LoadGen; "dlbs" = DLBS-style model-only time.
-TOOLS = ("mlperf", "dlbs")
+# Measurement tools, from their registry (dlvirt.run.tools): mlperf (E2E through MLPerf LoadGen), dlbs (model-only).
+TOOLS = tuple(TOOL_CLASSES)
 # A job's tool is its run tool (dlvirt.core.loadgen): mlperf in another LoadGen scenario than Offline
 # is mlperf-SingleStream or mlperf-Server.
 RUN_TOOLS = ALL_RUN_TOOLS
@@ -68,6 +70,10 @@ class Plan:
 
     def round(self, replicate: int) -> list[Job]:
         return [job for job in self.jobs if job.replicate == replicate]
+
+    def jobs_of(self, tool: str, app: str | None = None) -> list[Job]:
+        """The jobs of ``tool`` (and ``app``, where given), in planned order."""
+        return [job for job in self.jobs if (job.tool, job.app if app else None) == (tool, app)]
 
 
 def interleave(launches: list[Job], replicates: int, seed: int) -> list[Job]:
@@ -156,7 +162,8 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                             continue
                         for tool in tools:
                             for app in apps:
-                                app_why = app_class(app).unsupported_reason(scenario, split_tool(tool)[0])
+                                app_why = (tool_class(tool).unsupported_reason(app)
+                                           or app_class(app).unsupported_reason(scenario, split_tool(tool)[0]))
                                 if app_why:
                                     plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))
                                     continue

@@ -25,7 +25,7 @@ from dlvirt.system.hostinfo import Capabilities
 
 
 def harness_command(job_path: Path, out_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "dlvirt.run.harness", str(job_path), str(out_dir)]
+    return [sys.executable, "-m", "dlvirt.run.launch", str(job_path), str(out_dir)]
 
 
 def run_harness_process(cmd: list[str], env: dict[str, str], timeout_s: float,

@@ -173,7 +173,7 @@ class Container(Platform):
         try:
             with held():  # a container created is a container stored, so teardown removes it
                 self.container = self.client.containers.create(
-                    self.image, ["python", "-m", "dlvirt.run.harness", JOB_PATH, OUT_DIR],
+                    self.image, ["python", "-m", "dlvirt.run.launch", JOB_PATH, OUT_DIR],
                     name=self.container_name, labels={**docker_engine.labels(self.run_id),
                                                       "dlvirt.scenario": self.scenario.name},
                     # Relative paths in the job resolve as on the host: same working directory.

@@ -376,7 +376,7 @@ class GuestPlatform(Platform):
     def guest_script(self, job: HarnessJob) -> str:
         """The shell script that runs the harness inside the guest."""
         return (f'PY={self.guest_python}; [ -x "$PY" ] || PY=python3\n'
-                f"PYTHONPATH={GUEST_JOB_DIR}/src exec \"$PY\" -m dlvirt.run.harness "
+                f"PYTHONPATH={GUEST_JOB_DIR}/src exec \"$PY\" -m dlvirt.run.launch "
                 f"{GUEST_JOB_DIR}/job.json {GUEST_JOB_DIR}/out\n")
 
     # -- Platform -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The LoadGen harness: runs *inside* a platform and measures end-to-end inference.
 
-``python -m dlvirt.run.harness JOB.json OUT_DIR`` loads the app once, then runs each repetition as one
+The ``mlperf`` tool (``dlvirt.run.tools.mlperf``) times each repetition of a launch
+(``python -m dlvirt.run.launch JOB.json OUT_DIR``, which loads the app once) as one
 MLPerf LoadGen test (PerformanceOnly) in the job's LoadGen scenario (``dlvirt.core.loadgen``).
 Offline (the paper's): LoadGen issues the whole workload as one query; the pipeline reads and
 pre-processes samples on a worker pool, infers batches and post-processes them before completing
@@ -30,12 +31,10 @@ PyTorch's SR and RS would wake its helper threads from sleep. See docs/measureme
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import math
 import os
 import queue
-import sys
 import threading
 import time
 import traceback
@@ -46,15 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt.apps import app_class
 from dlvirt.apps.base import App, ThreadPlan
-from dlvirt.core.codeversion import code_version
-from dlvirt.core.loadgen import OFFLINE, PERCENTILES, SERVER, SINGLE_STREAM, split_tool
-from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
-from dlvirt.run import dlbs
-from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
-from dlvirt.system import gpu, observe
-from dlvirt.system.hostinfo import package_versions, python_stack
+from dlvirt.core.loadgen import OFFLINE, PERCENTILES, SERVER, SINGLE_STREAM
+from dlvirt.core.records import HarnessJob, Repetition
+from dlvirt.system import observe
 
 POLICIES = ("granted", "framework-default")
 PIPELINES = ("overlapped", "sequential")
@@ -518,114 +512,3 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
         observed=observed, threads=app.threads.to_dict(),  # main() adds what the framework reports
         quality=quality, started=started, finished=finished, loadgen=loadgen)
 
-
-def main(argv: list[str] | None = None) -> int:
-    # Wall-clock time the harness is up (interpreter and imports done): a platform subtracts the
-    # moment it launched it to get its start-up overhead (containers share the host's clock).
-    entered_unix = time.time()
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m dlvirt.run.harness JOB.json OUT_DIR", file=sys.stderr)
-        return 2
-    job = HarnessJob.read(Path(argv[0]))
-    out_dir = Path(argv[1])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    observed = observe.observe()
-    plan = plan_threads(job.threads, observed, job.pipeline)
-    app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan,
-                             initial_weights=job.weights)
-    # tool dlbs: model-only batches (dlvirt.run.dlbs); a DLBS checkout's experimenter brings its own model
-    experimenter = job.tool == "dlbs" and dlbs.experimenter_model(job) is not None
-    # The launch's timeline (JobResult.launch_s): start-up ends once the framework is imported;
-    # then the model load, the warm-ups and the counted repetitions, each its loop's wall time.
-    import_start = time.perf_counter()
-    if not experimenter:
-        app.import_framework()
-    timeline: dict[str, float] = {"framework_import_s": time.perf_counter() - import_start,
-                                  "ready_unix": time.time(), "ready_uptime_s": observe.uptime_s()}
-    print(f"[harness] {job.app} {job.scenario_name}: loading the model", flush=True)
-    load_start = time.perf_counter()
-    if not experimenter:
-        app.load_model()
-    load_s = time.perf_counter() - load_start
-    first_start = time.perf_counter()
-    if not experimenter:
-        app.first_call()
-    timeline["first_call_s"] = time.perf_counter() - first_start
-    # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
-    # never counted in the statistics: warmup_repetitions, then until the first two counted ones agree
-    # within warmup_tolerance (else the first is a warm-up too; at most warmup_max: run.repetitions).
-    warmups: list[Repetition] = []
-    runs: list[Repetition] = []
-    estimate_qps: float | None = None
-    scenario = split_tool(job.tool)[1] or OFFLINE
-    target: tuple[float, str] | None = None
-    rep, stopped = 0, None
-    spent: dict[int, float] = {}  # each repetition's wall time, all the harness did for it
-    while stopped is None:
-        # a Server launch without a configured rate measures the Offline throughput first, as a warm-up
-        calibrating = scenario == SERVER and target is None and not job.loadgen.get("server_target_qps")
-        warming = rep < job.warmup_repetitions or calibrating
-        rep_start = time.perf_counter()
-        before = observe.counters()
-        # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
-        with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
-            if job.tool == "dlbs":
-                record = dlbs.run_repetition(app, job, rep, out_dir)
-            elif calibrating:  # Server's target rate is a share of the Offline throughput this measures
-                record = run_repetition(app, job, rep, out_dir, estimate_qps)
-            else:
-                if scenario == SERVER and target is None:
-                    offline = [r.samples_per_s for r in warmups if r.samples_per_s and r.loadgen
-                               and "scenario" not in r.loadgen]
-                    target = server_target_qps(job.loadgen, offline)
-                record = run_repetition(app, job, rep, out_dir, estimate_qps, scenario, target)
-        telemetry = observe.telemetry(before, observe.counters(), threads)
-        # a DLBS checkout's experimenter holds the model in its own process: nothing to ask
-        used = None if sampler is None else gpu.repetition_record(sampler, {} if experimenter else app.gpu_state())
-        reported = {} if experimenter else app.framework_threads()
-        if plan.policy == "granted" and not experimenter:
-            check_framework_threads(plan, reported)
-        record = dataclasses.replace(
-            record, warmup=warming, gpu=used, telemetry=telemetry,
-            threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported})
-        estimate_qps = record.samples_per_s
-        latency = (record.loadgen or {}).get("latency_ns") or {}
-        tail = f", p50 {latency['p50'] / 1e6:.2f} ms, p99 {latency['p99'] / 1e6:.2f} ms" \
-            if latency.get("p50") and latency.get("p99") else ""
-        print(f"[harness] {job.app} {job.scenario_name} {job.tool} {'warm-up' if warming else 'rep'} {rep}: "
-              f"{'model-only' if job.tool == 'dlbs' else 'E2E'} {record.e2e_s:.3f} s, "
-              f"{record.samples} samples{tail}", flush=True)
-        (warmups if warming else runs).append(record)
-        spent[record.repetition] = time.perf_counter() - rep_start
-        rep += 1
-        if unsteady(len(warmups), [r.e2e_s for r in runs], job.warmup_max, job.warmup_tolerance):
-            print(f"[harness] rep {runs[0].repetition} and {runs[1].repetition} differ by more than "
-                  f"{job.warmup_tolerance:.0%}: rep {runs[0].repetition} was a warm-up", flush=True)
-            warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
-        if not warming:
-            stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
-    # a counted repetition found to be a warm-up after all (unsteady) counts as one here too
-    # the framework's first call (first_call_s) is warm-up time too
-    timeline.update(warmup_s=timeline["first_call_s"] + sum(spent[r.repetition] for r in warmups),
-                    counted_s=sum(spent[r.repetition] for r in runs))
-    HarnessOutput(
-        app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
-        repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
-                     "rel_ci95": precision([r.e2e_s for r in runs]), "warmups": len(warmups),
-                     "steady": steady([r.e2e_s for r in runs], job.warmup_tolerance)},
-        model_load_s=load_s, timeline=timeline, dataset=app.dataset_info,
-        model=dlbs.experimenter_provenance(job, app.framework) if experimenter else app.model_provenance(),
-        versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
-        stack=python_stack(), code=code_version(),
-    ).write(out_dir / "harness.json")
-    return 0
-
-
-if __name__ == "__main__":
-    status = main()
-    # Every output is written and closed by now: leave without the interpreter's teardown, whose
-    # framework exit handlers (TensorFlow ~1 s, PyTorch ~0.5 s here) would cost every launch.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)

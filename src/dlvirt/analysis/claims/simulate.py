@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dlvirt.analysis.aggregate import summarise_launches
+from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.study import Study
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
@@ -54,7 +55,7 @@ def _launch(template: JobResult, scenario: Scenario, app: str, replicate: int, t
     runs = [dataclasses.replace(first, e2e_s=float(t), repetition=i, loadgen={"validity": "VALID"},
                                 phases={"pre_s": 0.0, "infer_s": float(t), "post_s": 0.0})
             for i, t in enumerate(times)]
-    return dataclasses.replace(template, tool="mlperf", app=app, scenario=scenario, scenario_name=scenario.name,
+    return dataclasses.replace(template, tool=E2E_TOOL, app=app, scenario=scenario, scenario_name=scenario.name,
                                runs=runs, replicate=replicate, platform={"accel": "none"},
                                model={**template.model, "mlperf_reference_size": True}, code=None, runner_code=None)
 

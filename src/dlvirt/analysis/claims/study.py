@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
 from dlvirt.analysis.model import (
     HOMOGENEITY_ALPHA,
@@ -75,7 +76,7 @@ class Study:
         if "vmm" in frame:  # MVM rows are told apart by their VMM (QEMU's microvm vs Firecracker)
             vmm = frame["vmm"].where(frame["vmm"].notna() & (frame["platform"] == "MVM"), "")
             frame["platform"] = frame["platform"].where(vmm == "", frame["platform"] + "(" + vmm.astype(str) + ")")
-        mlperf = frame[frame["tool"] == "mlperf"]
+        mlperf = frame[frame["tool"] == E2E_TOOL]
         self.emulated_platforms = sorted(set(mlperf.loc[mlperf["emulated"], "platform"]))
         measured = mlperf[~mlperf["emulated"]]
         why = weak_reasons(measured)
@@ -130,7 +131,7 @@ class Study:
         return sorted(p for p in set(self.e2e["platform"]) if p.startswith("MVM"))
 
     def why_missing(self, **where: Any) -> list[str]:
-        found = reasons(self.gaps, tool="mlperf", detail=True, **where)
+        found = reasons(self.gaps, tool=E2E_TOOL, detail=True, **where)
         if self.emulated_platforms:
             found.append(f"{', '.join(self.emulated_platforms)} rows are emulated (TCG) and not used as evidence")
         return found

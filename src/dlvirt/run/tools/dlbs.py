@@ -3,8 +3,9 @@ measures it.
 
 Each repetition builds one batch of random inputs of the real shapes (``App.synthetic_batch``), runs
 ``exp.num_warmup_batches`` untimed batches, then times ``exp.num_batches`` batches one by one; no
-reading, pre- or post-processing. It runs inside the platform like the LoadGen harness (``harness``
-dispatches on the job's tool), so every platform gets it and the same observation/verification.
+reading, pre- or post-processing. It runs inside the platform like the LoadGen harness (the launch
+loop, ``dlvirt.run.launch``, asks the job's tool), so every platform gets it and the same
+observation/verification.
 
 Each repetition also writes ``dlbs.log`` in DLBS's log format, one ``__key__=json`` per line
 (``__exp.framework__="pytorch"``, ``__results.time__`` = mean ms per batch, ``__results.time_std__``,
@@ -33,7 +34,9 @@ import numpy as np
 
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App
+from dlvirt.core.kinds import ToolKind
 from dlvirt.core.records import HarnessJob, Repetition
+from dlvirt.run.tools.base import ModelHost, PathCheck, Tool
 from dlvirt.system import observe
 
 LOG_NAME = "dlbs.log"
@@ -228,3 +231,65 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
         quality={}, started=started, finished=finished,
         dlbs={"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
               **{k: summary[k] for k in ("results.time", "results.time_std", "results.throughput")}})
+
+
+# -- the tool ----------------------------------------------------------------------------------
+
+class ExperimenterModel:
+    """The model a DLBS checkout's experimenter builds in its own process: nothing to import, load or
+    ask in the harness's (``ModelHost``)."""
+
+    in_process = False
+
+    def __init__(self, job: HarnessJob, framework: str) -> None:
+        self.job, self.framework = job, framework
+
+    def import_framework(self) -> None:
+        pass
+
+    def load_model(self) -> None:
+        pass
+
+    def first_call(self) -> None:
+        pass
+
+    def gpu_state(self) -> dict[str, Any]:
+        return {}
+
+    def framework_threads(self) -> dict[str, Any]:
+        return {}
+
+    def model_provenance(self) -> dict[str, Any]:
+        return experimenter_provenance(self.job, self.framework)
+
+
+class Dlbs(Tool):
+    kind = ToolKind(name="dlbs", title="DLBS-style model-only inference time", measure="model-only", order=1,
+                    phases=("infer_s",), section="dlbs")
+
+    @classmethod
+    def job_settings(cls, config: dict[str, Any], app: str) -> dict[str, Any] | None:
+        return settings_for(config["dlbs"], app)
+
+    @classmethod
+    def brings_own_model(cls, settings: dict[str, Any] | None, app: str) -> bool:
+        return brings_own_model(settings, app)
+
+    @classmethod
+    def samples_per_repetition(cls, config: dict[str, Any], app: str) -> int:
+        settings = settings_for(config["dlbs"], app)
+        batch = settings.get("exp.replica_batch") or config["apps"][app]["batch_size"]
+        return int(settings["exp.num_batches"]) * int(batch)
+
+    @classmethod
+    def check_config(cls, config: dict[str, Any], check_path: PathCheck) -> None:
+        check_path(config["dlbs"].get("path"), "dlbs.path", "dir")
+
+    @classmethod
+    def model_host(cls, app: App, job: HarnessJob) -> ModelHost:
+        return app if experimenter_model(job) is None else ExperimenterModel(job, app.framework)
+
+    @classmethod
+    def run_repetition(cls, app: App, job: HarnessJob, rep: int, out_dir: Path,
+                       estimate_qps: float | None) -> Repetition:
+        return run_repetition(app, job, rep, out_dir)

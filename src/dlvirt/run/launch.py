@@ -1,0 +1,123 @@
+"""A launch inside the platform: ``python -m dlvirt.run.launch JOB.json OUT_DIR``.
+
+Loads the job's app once, then runs warm-up and counted repetitions, each timed by the job's tool
+(``dlvirt.run.tools``: ``mlperf`` through the LoadGen harness, ``dlbs`` model-only), until the
+stopping rule says enough; writes ``harness.json`` (``HarnessOutput``) with the launch's timeline.
+Only numpy and the app's framework are imported here (a TCG guest pays for every import).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+from dlvirt.apps import app_class
+from dlvirt.core.codeversion import code_version
+from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
+from dlvirt.run.harness import check_framework_threads, plan_threads
+from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
+from dlvirt.run.tools import tool_class
+from dlvirt.system import gpu, observe
+from dlvirt.system.hostinfo import package_versions, python_stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Wall-clock time the harness is up (interpreter and imports done): a platform subtracts the
+    # moment it launched it to get its start-up overhead (containers share the host's clock).
+    entered_unix = time.time()
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m dlvirt.run.launch JOB.json OUT_DIR", file=sys.stderr)
+        return 2
+    job = HarnessJob.read(Path(argv[0]))
+    out_dir = Path(argv[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    observed = observe.observe()
+    plan = plan_threads(job.threads, observed, job.pipeline)
+    app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan,
+                             initial_weights=job.weights)
+    tool = tool_class(job.tool)
+    # who holds the model: the app, or the tool's own process (a DLBS checkout runs its own)
+    host = tool.model_host(app, job)
+    # The launch's timeline (JobResult.launch_s): start-up ends once the framework is imported;
+    # then the model load, the warm-ups and the counted repetitions, each its loop's wall time.
+    import_start = time.perf_counter()
+    host.import_framework()
+    timeline: dict[str, float] = {"framework_import_s": time.perf_counter() - import_start,
+                                  "ready_unix": time.time(), "ready_uptime_s": observe.uptime_s()}
+    print(f"[harness] {job.app} {job.scenario_name}: loading the model", flush=True)
+    load_start = time.perf_counter()
+    host.load_model()
+    load_s = time.perf_counter() - load_start
+    first_start = time.perf_counter()
+    host.first_call()
+    timeline["first_call_s"] = time.perf_counter() - first_start
+    # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
+    # never counted in the statistics: warmup_repetitions, then until the first two counted ones agree
+    # within warmup_tolerance (else the first is a warm-up too; at most warmup_max: run.repetitions).
+    warmups: list[Repetition] = []
+    runs: list[Repetition] = []
+    estimate_qps: float | None = None
+    timer = tool.timer(app, job)
+    rep, stopped = 0, None
+    spent: dict[int, float] = {}  # each repetition's wall time, all the harness did for it
+    while stopped is None:
+        # the tool's own warm-up (a Server launch calibrating its rate) counts as a warm-up too
+        warming = rep < job.warmup_repetitions or timer.calibrating()
+        rep_start = time.perf_counter()
+        before = observe.counters()
+        # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
+        with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
+            record = timer.time(rep, out_dir, estimate_qps, warmups)
+        telemetry = observe.telemetry(before, observe.counters(), threads)
+        # a model held in another process (the tool's own) has nothing to ask: {}
+        used = None if sampler is None else gpu.repetition_record(sampler, host.gpu_state())
+        reported = host.framework_threads()
+        if plan.policy == "granted" and host.in_process:
+            check_framework_threads(plan, reported)
+        record = dataclasses.replace(
+            record, warmup=warming, gpu=used, telemetry=telemetry,
+            threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported})
+        estimate_qps = record.samples_per_s
+        latency = (record.loadgen or {}).get("latency_ns") or {}
+        tail = f", p50 {latency['p50'] / 1e6:.2f} ms, p99 {latency['p99'] / 1e6:.2f} ms" \
+            if latency.get("p50") and latency.get("p99") else ""
+        print(f"[harness] {job.app} {job.scenario_name} {job.tool} {'warm-up' if warming else 'rep'} {rep}: "
+              f"{tool.kind.measure} {record.e2e_s:.3f} s, "
+              f"{record.samples} samples{tail}", flush=True)
+        (warmups if warming else runs).append(record)
+        spent[record.repetition] = time.perf_counter() - rep_start
+        rep += 1
+        if unsteady(len(warmups), [r.e2e_s for r in runs], job.warmup_max, job.warmup_tolerance):
+            print(f"[harness] rep {runs[0].repetition} and {runs[1].repetition} differ by more than "
+                  f"{job.warmup_tolerance:.0%}: rep {runs[0].repetition} was a warm-up", flush=True)
+            warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
+        if not warming:
+            stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
+    # a counted repetition found to be a warm-up after all (unsteady) counts as one here too
+    # the framework's first call (first_call_s) is warm-up time too
+    timeline.update(warmup_s=timeline["first_call_s"] + sum(spent[r.repetition] for r in warmups),
+                    counted_s=sum(spent[r.repetition] for r in runs))
+    HarnessOutput(
+        app=job.app, entered_unix=entered_unix, runs=runs, warmups=warmups,
+        repetitions={"asked": job.repetitions, "ran": len(runs), "stop": stopped,
+                     "rel_ci95": precision([r.e2e_s for r in runs]), "warmups": len(warmups),
+                     "steady": steady([r.e2e_s for r in runs], job.warmup_tolerance)},
+        model_load_s=load_s, timeline=timeline, dataset=app.dataset_info,
+        model=host.model_provenance(),
+        versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
+        stack=python_stack(), code=code_version(),
+    ).write(out_dir / "harness.json")
+    return 0
+
+
+if __name__ == "__main__":
+    status = main()
+    # Every output is written and closed by now: leave without the interpreter's teardown, whose
+    # framework exit handlers (TensorFlow ~1 s, PyTorch ~0.5 s here) would cost every launch.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
