@@ -34,9 +34,7 @@ def site_plan(site):
 
 def site_run_files(tool, app):
     return sorted(
-        SITE_RUN_FILE.format(site=site, **job.wildcards)
-        for site in SITES
-        for job in site_plan(site).jobs_of(tool, app)
+        SITE_RUN_FILE.format(site=site, **job.wildcards) for site in SITES for job in site_plan(site).jobs_of(tool, app)
     )
 
 
