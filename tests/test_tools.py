@@ -208,3 +208,37 @@ def test_the_launch_loop_asks_the_tool(tmp_path, monkeypatch, own_model):
     assert tool.timed == [0, 1, 2] and len(out.warmups) == 1 and len(out.runs) == 2
     assert apps[0].calls == ([] if own_model else ["import", "load", "first"])
     assert out.model["model"] == ("its own" if own_model else "fake")
+
+
+def test_a_server_launch_calibrates_its_rate_on_one_offline_warm_up(tmp_path, monkeypatch):
+    """Without server_target_qps, the first repetition is an Offline warm-up and the rate a share of
+    its throughput; the Server tests that follow use that rate (and the loop ends)."""
+    from datetime import UTC, datetime
+
+    from dlvirt.core.records import Repetition
+    from dlvirt.run import harness
+
+    calls = []
+
+    def fake(app, job, rep, out_dir, estimate_qps=None, scenario="Offline", target_qps=None):
+        calls.append((scenario, target_qps))
+        now = datetime.now(UTC)
+        loadgen = {"validity": "VALID"} if scenario == "Offline" else {"scenario": scenario}
+        return Repetition.measured(repetition=rep, e2e_s=1.0, phases={}, samples=40, batches=1, observed={},
+                                   threads={}, quality={}, started=now, finished=now, loadgen=loadgen)
+
+    monkeypatch.setattr(harness, "run_repetition", fake)
+    job = HarnessJob(tool="mlperf-Server", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"),
+                     scenario_name="BM/1/VNL/CPU", repetitions=2, warmup_repetitions=0, threads="granted",
+                     batch_size=4, loadgen={"server_qps_fraction": 0.5}, app_settings={}, dataset_dir="ic",
+                     run_id="1-test")
+    timer = tool_class(job.tool).timer(object(), job)  # type: ignore[arg-type]
+    assert timer.calibrating()
+    warm = timer.time(0, tmp_path, None, [])
+    assert not timer.calibrating()
+    timer.time(1, tmp_path, 40.0, [warm])
+    timer.time(2, tmp_path, 40.0, [warm])
+    assert [c[0] for c in calls] == ["Offline", "Server", "Server"]
+    assert calls[1][1][0] == calls[2][1][0] == 20.0
+    given = dataclasses.replace(job, loadgen={"server_target_qps": 7})
+    assert not tool_class(given.tool).timer(object(), given).calibrating()  # type: ignore[arg-type]

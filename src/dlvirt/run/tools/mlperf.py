@@ -31,12 +31,15 @@ class LoadGenTimer(Timer):
         super().__init__(tool, app, job)
         self.scenario = split_tool(job.tool)[1] or OFFLINE
         self.target: tuple[float, str] | None = None
+        self.calibrated = False  # the Offline warm-up that sets Server's rate ran
 
     def calibrating(self) -> bool:
-        return self.scenario == SERVER and self.target is None and not self.job.loadgen.get("server_target_qps")
+        return (self.scenario == SERVER and self.target is None and not self.calibrated
+                and not self.job.loadgen.get("server_target_qps"))
 
     def time(self, rep: int, out_dir: Path, estimate_qps: float | None, warmups: list[Repetition]) -> Repetition:
         if self.calibrating():  # Server's target rate is a share of the Offline throughput this measures
+            self.calibrated = True
             return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps)
         if self.scenario == SERVER and self.target is None:
             offline = [r.samples_per_s for r in warmups if r.samples_per_s and r.loadgen
