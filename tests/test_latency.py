@@ -168,3 +168,78 @@ def test_a_latency_row_keeps_percentiles_per_launch_and_its_early_stopping_verdi
 def test_an_offline_row_has_no_latency_columns(tmp_path):
     row = summarise([FIXTURE]).iloc[0]
     assert row["tool"] == "mlperf" and math.isnan(row["p99_s"]) and pd.isna(row["loadgen_scenario"])
+
+
+# -- the extension's claim and figure -------------------------------------------------------------------
+
+def latency_row(platform, pinning, p50_ms, tail, tool="mlperf-SingleStream", app="ic", cores=1, launches=4,
+                throttled=0.0, spread=0.03, reference=True):
+    """A summary row of a latency run tool: each launch's p50 around ``p50_ms`` and p99 = ``tail`` x p50
+    (with a small launch-to-launch wobble in both)."""
+    wobble = [1 + spread * w for w in (-1, 1, 0.5, -0.5, 0.2, -0.2)[:launches]]
+    p50 = [p50_ms / 1e3 * w for w in wobble]
+    p99 = [v * tail * (1 + spread * w) for v, w in zip(p50, (0.3, -0.6, 0.9, -0.2, 0.1, -0.5), strict=False)]
+    return {"tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning, "processor": "CPU",
+            "site": "local", "scenario": f"{platform}/{cores}/{pinning}/CPU", "reps": 2 * launches,
+            "replicates": launches, "mean_s": 1.0, "ci95_s": 0.01, "accel": "none", "reference_model": reference,
+            "round_means_s": ";".join("1.0" for _ in p50), "launch_rounds": ";".join(str(i + 1) for i in range(launches)),
+            "round_p50_s": ";".join(f"{v:.6g}" for v in p50), "round_p99_s": ";".join(f"{v:.6g}" for v in p99),
+            "p50_s": sum(p50) / launches, "p99_s": sum(p99) / launches, "throttled_pct": throttled,
+            "loadgen_valid": False, "early_stopping_met": False}
+
+
+def claim(rows):
+    from dlvirt.analysis.claims import evaluate
+
+    table = evaluate(pd.DataFrame(rows), 4, []).set_index("id")
+    return table.loc["latency_tail_quota", "verdict"], table.loc["latency_tail_quota", "evidence"]
+
+
+def test_the_quota_claim_holds_when_vanilla_launches_have_a_longer_tail_than_pinned_ones():
+    rows = [latency_row(p, "PIN", 10.0, 1.5) for p in ("BM", "CN")]
+    rows += [latency_row("BM", "VNL", 10.5, 2.4, throttled=20.0), latency_row("CN", "VNL", 11.0, 3.0, throttled=40.0)]
+    verdict, evidence = claim(rows)
+    assert verdict == "holds", evidence
+    assert "VNL throttled 40 %" in evidence and "early stopping" in evidence
+
+
+def test_the_quota_claim_does_not_hold_when_the_tails_are_alike():
+    rows = [latency_row(p, m, 10.0, 1.5, spread=0.005) for p in ("BM", "CN") for m in ("VNL", "PIN")]
+    assert claim(rows)[0] == "does not hold"
+
+
+def test_the_quota_claim_needs_latency_rows_and_says_what_is_missing():
+    verdict, evidence = claim([latency_row("BM", "VNL", 10.0, 2.0)])
+    assert verdict == "not testable here" and "pinned" in evidence
+    from dlvirt.analysis.claims import evaluate
+
+    offline_only = evaluate(pd.DataFrame([{**latency_row("BM", "VNL", 10, 2), "tool": "mlperf"}]), 4, [])
+    assert "study.scenarios" in offline_only.set_index("id").loc["latency_tail_quota", "evidence"]
+    one_launch = [latency_row(p, m, 10.0, 2.0, launches=1) for p in ("BM",) for m in ("VNL", "PIN")]
+    assert "fewer than 2 launches" in claim(one_launch)[1]
+
+
+def test_the_latency_figure_normalises_p50_and_p99_to_the_baseline_beside_throttling(tmp_path):
+    from conftest import write_plan
+
+    from dlvirt.analysis import figures
+    from dlvirt.analysis.plandoc import PlanDocument
+    from dlvirt.analysis.rows import latency_beside_throttling
+
+    rows = [latency_row("BM", "VNL", 10.0, 2.0, throttled=5.0), latency_row("CN", "VNL", 12.0, 3.0, throttled=30.0),
+            latency_row("BM", "VNL", 50.0, 2.0, app="nlp")]
+    columns = ["tool", "app", "platform", "cores", "pinning", "processor", "site", "scenario", "mean_s", "ci95_s",
+               "round_p50_s", "round_p99_s", "p50_s", "p99_s", "throttled_pct", "early_stopping_met"]
+    summary = tmp_path / "s.csv"
+    pd.DataFrame(rows)[columns].to_csv(summary, index=False)
+    plan = PlanDocument.load(write_plan(tmp_path / "plan.json"))
+    table = latency_beside_throttling(pd.DataFrame(rows), plan.kinds.baseline).set_index(["app", "platform"])
+    cn = table.loc[("IC", "CN")]
+    assert cn["p50/BM"] == pytest.approx(1.2, rel=0.02) and cn["p99/BM"] == pytest.approx(1.8, rel=0.03)
+    assert cn["p50/BM ci"] > 0 and cn["throttled share"] == pytest.approx(0.30)
+    assert table.loc[("IC", "BM"), "p99/BM"] == 1.0
+    fig = figures.latency_figure([summary], tool="mlperf-SingleStream", plan=plan)
+    figures.save(fig, tmp_path / "latency.png")
+    assert (tmp_path / "latency.png").stat().st_size > 10_000
+    empty = figures.latency_figure([summary], tool="mlperf-Server", plan=plan)  # nothing measured: says so
+    assert "not measured" in " ".join(t.get_text() for t in empty.axes[0].texts)

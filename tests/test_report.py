@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import CHROMIUM_FLAGS, smoke_config, snakemake, write_config, write_plan
-from dlvirt.analysis.catalog import FIGURES
+from dlvirt.analysis.catalog import FIGURES, LATENCY_FIGURES
 from dlvirt.analysis.claims import write_claims
 from dlvirt.analysis.report import write_report
 from dlvirt.analysis.tables import write_tables
@@ -112,7 +112,12 @@ def test_short_targets_build_only_what_they_need(workflow_dir):
     claims = jobs_that_would_run(workflow_dir, "claims", "--configfile", str(config))
     assert claims["claims"] == 1 and claims["study_plan"] == 1 and "figure" not in claims
     report = jobs_that_would_run(workflow_dir, "report", "--configfile", str(config))
-    assert report["figure"] == len(FIGURES) and report["tables"] == 1 and report["claims"] == 1
+    paper = [s for s in FIGURES if s not in LATENCY_FIGURES]  # latency figures: only where study.scenarios asks
+    assert report["figure"] == len(paper) and report["tables"] == 1 and report["claims"] == 1
+    config = write_config(workflow_dir / "latency.yaml", smoke_config(study={**smoke_config()["study"],
+                                                                           "scenarios": ["Offline", "Server"]}))
+    latency = jobs_that_would_run(workflow_dir, "latency", "--configfile", str(config))
+    assert latency["figure"] == 1 and latency["summarise_app"] == 4  # the Server figure, its summaries
 
 
 def test_drift_table_flags_a_trend_over_three_rounds_and_shows_two():

@@ -343,8 +343,18 @@ def figure_labels(wildcards):
     return {"figure": wildcards.fig, "title": FIGURE_TITLES[wildcards.fig]}
 
 
+# The extensions' latency figures are built only for the LoadGen scenarios the study runs.
+LATENCY_FIGURES = [
+    spec.id for spec in FIGURE_SPECS if spec.tool in study_run_tools(config["study"]) and spec.id.startswith("latency_")
+]
+
+
 def figure_files():
-    return [f"results/figures/{fig}.png" for fig in FIGURES]
+    return [
+        f"results/figures/{spec.id}.png"
+        for spec in FIGURE_SPECS
+        if not spec.id.startswith("latency_") or spec.id in LATENCY_FIGURES
+    ]
 
 
 def all_targets():

@@ -74,6 +74,13 @@ rule figures:
     localrule: True
 
 
+# The tail-latency figures (extensions: LoadGen SingleStream and Server, those study.scenarios runs).
+rule latency:
+    input:
+        [f"results/figures/{fig}.png" for fig in LATENCY_FIGURES],
+    localrule: True
+
+
 for _fig in FIGURES:
 
     rule:

@@ -101,4 +101,19 @@ FIGURES: tuple[FigureSpec, ...] = (
           ("rs", "RS is pre/post-heavy: parsing Criteo lines dominates the small DLRM model."))),
 )
 
+# Extensions beyond the paper (not among its figures): tail latency under LoadGen's SingleStream and
+# Server scenarios (study.scenarios); built only where the study runs that scenario.
+LATENCY_FIGURES: tuple[FigureSpec, ...] = tuple(
+    FigureSpec(f"latency_{scenario.lower()}", f"Extension: tail latency, LoadGen {scenario}", f"mlperf-{scenario}",
+               ("ic", "sr", "nlp", "rs"),
+               f"Per app, p50 and p99 query latency under LoadGen {scenario} of each scenario, normalised to BM at "
+               "the same cores, CPU mode and processor (95 % CI over the launches), with the milliseconds and the "
+               "CFS throttled share beside each pair.",
+               "Not in the paper (it measures Offline E2E only); its mechanism, CFS throttling of vanilla "
+               "containers, predicts that a quota raises the tail (p99) more than the median (p50).",
+               ("latency_tail_quota",), notebook="latency",
+               parameters={"tool": f"mlperf-{scenario}"})
+    for scenario in ("SingleStream", "Server"))
+FIGURES = FIGURES + LATENCY_FIGURES
+
 BY_ID = {spec.id: spec for spec in FIGURES}

@@ -33,6 +33,7 @@ from dlvirt.analysis.rows import (  # noqa: E402
     first_level_spanning_sockets,
     host_cores,
     host_label,
+    latency_beside_throttling,
     load_summaries,
     main_site,
     normalised,
@@ -345,6 +346,50 @@ def phases_figure(summaries: str | Path | Iterable[str | Path], *, app: str, pla
         ax.set_xlabel("share of the time spent in the phases (E2E mean ± 95 % CI on the right)")
         ax.legend(ncols=3, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.set_title(f"Phase breakdown: {app.upper()} ({tool})", pad=24 if not rows.empty else 6)
+    _footer(fig, host)
+    fig.tight_layout()
+    return fig
+
+
+LATENCY_COLOURS = {"p50": "#8da0cb", "p99": "#e78ac3"}
+
+
+def latency_figure(summaries: str | Path | Iterable[str | Path], *, tool: str, plan: PlanDocument,
+                   host: str | Path | None = None, title: str = "") -> plt.Figure:
+    """Per app, p50 and p99 query latency of each scenario normalised to the baseline platform (bare
+    metal) at the same cores, CPU mode and processor (95 % CI over the launches), with the
+    milliseconds and the CFS throttled share beside each pair: where a quota's throttling bites, the
+    tail (p99) should move more than the median (p50)."""
+    apply_style()
+    baseline = plan.kinds.baseline
+    frame = scenario_order(select(main_site(load_summaries(summaries)), tool=tool), plan.kinds)
+    table = latency_beside_throttling(frame, baseline)
+    apps = present(plan.kinds.app_order, frame, "app") if not frame.empty else []
+    heights = [max(1.6, 0.42 * len(table[table["app"] == app.upper()]) + 0.9) for app in apps] or [2.6]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(9.0, sum(heights) + 0.8), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    if table.empty:
+        not_measured(axes[0][0], why_missing(plan, f"no {tool} rows in the summary (study.scenarios)", tool=tool))
+    for ax, app in zip(axes[:, 0], apps, strict=False):
+        rows = table[table["app"] == app.upper()].reset_index(drop=True)
+        for k, name in enumerate(("p50", "p99")):
+            ys = np.arange(len(rows)) + (k - 0.5) * 0.38
+            ax.barh(ys, rows[f"{name}/{baseline}"], 0.38, xerr=np.nan_to_num(rows[f"{name}/{baseline} ci"]),
+                    capsize=2, color=LATENCY_COLOURS[name], edgecolor="black", linewidth=0.4,
+                    label=f"{name} / {baseline}")
+        for y, row in rows.iterrows():
+            throttled = "" if pd.isna(row["throttled share"]) else f", throttled {row['throttled share']:.0%}"
+            ax.text(1.01, y, f"p50 {row['p50 (ms)']:.3g} ms, p99 {row['p99 (ms)']:.3g} ms{throttled}",
+                    va="center", fontsize=7, transform=ax.get_yaxis_transform())
+        ax.axvline(1.0, color="#555555", linewidth=0.8)
+        ax.set_yticks(range(len(rows)), rows["scenario"], fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_title(app.upper(), fontsize=10, loc="left")
+        ax.set_xlabel(f"latency normalised to {baseline} at the same cores, CPU mode and processor (95 % CI)",
+                      fontsize=8)
+        if ax is axes[0][0]:
+            ax.legend(fontsize=7, ncols=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.suptitle(title or f"Tail latency ({tool}): p50 and p99 per platform, throttled share beside")
     _footer(fig, host)
     fig.tight_layout()
     return fig

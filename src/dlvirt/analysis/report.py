@@ -22,6 +22,7 @@ from dlvirt.analysis.rows import (
     PHASES,
     edge_sites,
     host_virtualization,
+    latency_beside_throttling,
     load_summaries,
     main_site,
     overhead_beside_mechanism,
@@ -63,6 +64,8 @@ def on_this_host(spec: FigureSpec, frame: pd.DataFrame, plan: PlanDocument) -> s
         shares = phase_shares(rows).mean()
         parts = ", ".join(f"{name} {shares[col]:.0%}" for col, name in PHASES.items() if pd.notna(shares[col]))
         return f"Averaged over its {len(rows)} scenario(s), {spec.apps[0].upper()} spends: {parts}."
+    if spec.id.startswith("latency_"):
+        return _latency_reading(rows, plan)
     platforms = present(plan.kinds.platform_order, rows)
     fastest = rows.loc[rows["mean_s"].idxmin()]
     slowest = rows.loc[rows["mean_s"].idxmax()]
@@ -72,6 +75,34 @@ def on_this_host(spec: FigureSpec, frame: pd.DataFrame, plan: PlanDocument) -> s
     if tcg:
         text += f" {tcg} of them ran emulated (TCG) and are marked as such."
     return text
+
+
+def _latency_reading(rows: pd.DataFrame, plan: PlanDocument) -> str:
+    """The latency figure's rows on this host: where the tail moved most against the baseline."""
+    baseline = plan.kinds.baseline
+    table = latency_beside_throttling(rows, baseline)
+    ratios = table.dropna(subset=[f"p99/{baseline}"]) if not table.empty else table
+    ratios = ratios[ratios["platform"] != baseline] if not ratios.empty else ratios
+    text = f"On this host: {len(table)} latency row(s)."
+    if not ratios.empty:
+        top = ratios.loc[ratios[f"p99/{baseline}"].idxmax()]
+        throttled = "" if pd.isna(top["throttled share"]) else f", throttled {top['throttled share']:.0%}"
+        text += (f" The largest p99 over {baseline}: {top['app']} {top['scenario']} p99 ×{top[f'p99/{baseline}']:.2f}, "
+                 f"p50 ×{top[f'p50/{baseline}']:.2f}{throttled}.")
+    early = int((table["early stopping"].astype(str).str.lower() != "true").sum()) if not table.empty else 0
+    if early:
+        text += (f" {early} row(s) did not meet LoadGen's early stopping (too few queries for its own p99 "
+                 "confidence): LoadGen calls them INVALID; their launches still count here.")
+    return text
+
+
+def latency_table(frame: pd.DataFrame, plan: PlanDocument) -> pd.DataFrame:
+    """The latency rows (SingleStream, Server) of the main host, normalised to the baseline."""
+    if frame.empty or "p50_s" not in frame:
+        return pd.DataFrame()
+    rows = scenario_order(main_site(frame[frame["p50_s"].notna()]), plan.kinds)
+    return latency_beside_throttling(rows, plan.kinds.baseline).drop(
+        columns=["platform", "cores", "pinning", "processor"], errors="ignore")
 
 
 def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, plan: PlanDocument,
@@ -235,7 +266,9 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         random_weights=bool(not frame.empty and (frame["weights"].astype(str) == "random").any()),
         claims=claims_table.to_dict("records"),
         min_launches=MIN_LAUNCHES,
-        figures=[e for e in entries if not e["phases"]],
+        figures=[e for e in entries if not e["phases"] and not e["id"].startswith("latency_")],
+        latency_figures=[e for e in entries if e["id"].startswith("latency_")],
+        latency_table=_html_table(latency_table(frame, study)),
         phase_figures=[e for e in entries if e["phases"]],
         phase_table=_html_table(_phase_table(frame, study)),
         drift_table=_html_table(drift_table(frame)),

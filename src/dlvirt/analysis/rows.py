@@ -180,3 +180,57 @@ def first_level_spanning_sockets(rows: pd.DataFrame) -> int | None:
         return None
     spanning = rows[(rows["sockets"].fillna(0) > 1) | (rows["numa_nodes"].fillna(0) > 1)]
     return int(spanning["cores"].min()) if not spanning.empty else None
+
+
+LATENCY_TOOLS = ("mlperf-SingleStream", "mlperf-Server")  # the run tools with latency rows (dlvirt.core.loadgen)
+
+
+def _launch_values(cell: object) -> list[float]:
+    if cell is None or (isinstance(cell, float) and cell != cell):
+        return []
+    return [float(v) for v in str(cell).split(";") if v not in ("", "nan")]
+
+
+def latency_beside_throttling(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Latency rows (SingleStream, Server) with their p50 and p99 normalised to the ``baseline``
+    platform's (bare metal) at the same tool, app, cores, pinning and processor, each with a 95 %
+    interval over the launches (relative half-widths of the row and the baseline added in
+    quadrature; NaN with one launch), beside the row's CFS throttled share. Rows without a baseline
+    twin keep their milliseconds and no ratio."""
+    from dlvirt.analysis.stats import estimate
+
+    keys = ["tool", "app", "cores", "pinning", "processor"]
+    if rows.empty or "p50_s" not in rows:
+        return pd.DataFrame()
+    rows = rows[rows["p50_s"].notna()]
+    twins = rows[rows["platform"] == baseline].set_index(keys)
+
+    def rel_ci(cell: object, mean: float) -> float:
+        values = _launch_values(cell)
+        return estimate(values).ci95 / mean if len(values) >= 2 and mean > 0 else float("nan")
+
+    out = []
+    for _, row in rows.iterrows():
+        key = tuple(row[k] for k in keys)
+        entry: dict[str, Any] = {"tool": row["tool"], "app": str(row["app"]).upper(), "scenario": row["scenario"],
+                                 "platform": row["platform"], "cores": row["cores"], "pinning": row["pinning"],
+                                 "processor": row["processor"], "launches": len(_launch_values(row.get("round_p50_s"))),
+                                 "p50 (ms)": 1e3 * row["p50_s"], "p99 (ms)": 1e3 * row["p99_s"]}
+        for name in ("p50", "p99"):
+            entry[f"{name}/{baseline}"] = entry[f"{name}/{baseline} ci"] = float("nan")
+        if key in twins.index:
+            twin = twins.loc[[key]].iloc[0]
+            for name in ("p50", "p99"):
+                mean, base = float(row[f"{name}_s"]), float(twin[f"{name}_s"])
+                ratio = mean / base
+                own = rel_ci(row.get(f"round_{name}_s"), mean)
+                ref = rel_ci(twin.get(f"round_{name}_s"), base)
+                entry[f"{name}/{baseline}"] = ratio
+                entry[f"{name}/{baseline} ci"] = ratio * (own if row["platform"] == baseline
+                                                          else (own ** 2 + ref ** 2) ** 0.5)
+        entry["p99/p50"] = float(row["p99_s"]) / float(row["p50_s"]) if row["p50_s"] > 0 else float("nan")
+        entry["throttled share"] = float(row["throttled_pct"]) / 100 if pd.notna(row.get("throttled_pct")) \
+            else float("nan")
+        entry["early stopping"] = row.get("early_stopping_met")
+        out.append(entry)
+    return pd.DataFrame(out)

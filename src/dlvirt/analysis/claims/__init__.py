@@ -19,6 +19,7 @@ import pandas as pd
 
 from dlvirt.analysis.catalog import FIGURES
 from dlvirt.analysis.claims.gpu import gpu_speeds_nlp_not_ic_rs
+from dlvirt.analysis.claims.latency import cfs_quota_raises_the_tail
 from dlvirt.analysis.claims.mvm import mvm_like_vm_but_nlp_and_boots_faster
 from dlvirt.analysis.claims.overhead import (
     cn_cheapest_at_chr1,
@@ -77,6 +78,13 @@ CLAIMS: tuple[Claim, ...] = (
           "vanilla, at instance = host cores (main host) or an edge host's largest level: per other virtualised "
           "platform, CN/other averaged over apps and hosts, {model}; yes: below 1; no: any gain below {margin}; "
           "Holm over the platforms", cn_cheapest_at_chr1),
+    # extensions beyond the paper (its source says so): tail latency under LoadGen SingleStream / Server
+    Claim("latency_tail_quota", "Extension: a CFS quota raises p99 latency more than p50",
+          "extension (not the paper's claim; its CFS-throttling mechanism); latency figures",
+          "per latency row pair at the same run tool, app, platform, cores and processor: each launch's p99/p50, "
+          "vanilla (CFS quota) over pinned (cpuset), averaged over the pairs; the launch-level model log(launch "
+          "p99/p50) ~ scenario + round per site, run tool and hardware, 90 % interval of the ratio; yes: above 1 "
+          "(one-sided t-test against 0); no: growth below {margin} (TOST bound)", cfs_quota_raises_the_tail),
 )
 
 

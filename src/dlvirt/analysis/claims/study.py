@@ -33,7 +33,7 @@ from dlvirt.analysis.model import (
     launches,
     split,
 )
-from dlvirt.analysis.rows import emulated, verified_gpu_rows, with_site
+from dlvirt.analysis.rows import LATENCY_TOOLS, emulated, verified_gpu_rows, with_site
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.plan.leftout import reasons
 
@@ -77,6 +77,8 @@ class Study:
             vmm = frame["vmm"].where(frame["vmm"].notna() & (frame["platform"] == "MVM"), "")
             frame["platform"] = frame["platform"].where(vmm == "", frame["platform"] + "(" + vmm.astype(str) + ")")
         mlperf = frame[frame["tool"] == E2E_TOOL]
+        # the extensions' latency rows (SingleStream, Server), measured ones only (claims.latency)
+        self.latency = frame[frame["tool"].isin(LATENCY_TOOLS) & ~frame["emulated"]]
         self.emulated_platforms = sorted(set(mlperf.loc[mlperf["emulated"], "platform"]))
         measured = mlperf[~mlperf["emulated"]]
         why = weak_reasons(measured)
