@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlvirt.core.loadgen import run_tool
+
 # the tools whose rows the figures draw (dlvirt.run.tools): the paper's E2E measurement, and model-only
 E2E_TOOL, MODEL_ONLY_TOOL = "mlperf", "dlbs"
 
@@ -104,7 +106,8 @@ FIGURES: tuple[FigureSpec, ...] = (
 # Extensions beyond the paper (not among its figures): tail latency under LoadGen's SingleStream and
 # Server scenarios (study.scenarios); built only where the study runs that scenario.
 LATENCY_FIGURES: tuple[FigureSpec, ...] = tuple(
-    FigureSpec(f"latency_{scenario.lower()}", f"Extension: tail latency, LoadGen {scenario}", f"mlperf-{scenario}",
+    FigureSpec(f"latency_{scenario.lower()}", f"Extension: tail latency, LoadGen {scenario}",
+               run_tool(E2E_TOOL, scenario),
                ("ic", "sr", "nlp", "rs"),
                f"Per app, p50 and p99 query latency under LoadGen {scenario} of each scenario, normalised to BM at "
                "the same cores, CPU mode and processor (95 % CI over the launches), with the milliseconds and the "
@@ -112,7 +115,7 @@ LATENCY_FIGURES: tuple[FigureSpec, ...] = tuple(
                "Not in the paper (it measures Offline E2E only); its mechanism, CFS throttling of vanilla "
                "containers, predicts that a quota raises the tail (p99) more than the median (p50).",
                ("latency_tail_quota",), notebook="latency",
-               parameters={"tool": f"mlperf-{scenario}"})
+               parameters={"tool": run_tool(E2E_TOOL, scenario)})
     for scenario in ("SingleStream", "Server"))
 FIGURES = FIGURES + LATENCY_FIGURES
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dlvirt.analysis.columns import read_summary
 from dlvirt.core.kinds import Kinds
+from dlvirt.core.loadgen import LATENCY_RUN_TOOLS
 from dlvirt.core.scenario import LOCAL_SITE
 
 PHASES = {"pre_s": "pre-processing", "infer_s": "inference", "post_s": "post-processing"}
@@ -182,7 +183,7 @@ def first_level_spanning_sockets(rows: pd.DataFrame) -> int | None:
     return int(spanning["cores"].min()) if not spanning.empty else None
 
 
-LATENCY_TOOLS = ("mlperf-SingleStream", "mlperf-Server")  # the run tools with latency rows (dlvirt.core.loadgen)
+LATENCY_TOOLS = LATENCY_RUN_TOOLS  # the run tools with latency rows (SingleStream, Server)
 
 
 def _launch_values(cell: object) -> list[float]:

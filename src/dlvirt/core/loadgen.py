@@ -58,8 +58,9 @@ def is_latency(name: str) -> bool:
     return split_tool(name)[1] in LATENCY_SCENARIOS
 
 
-# every run tool there can be, for the workflow's wildcard
-ALL_RUN_TOOLS = ("mlperf", *(run_tool("mlperf", s) for s in LATENCY_SCENARIOS), "dlbs")
+# the run tools whose rows carry latency percentiles, and every run tool there can be (the workflow's wildcard)
+LATENCY_RUN_TOOLS = tuple(run_tool(LOADGEN_TOOL, s) for s in LATENCY_SCENARIOS)
+ALL_RUN_TOOLS = ("mlperf", *LATENCY_RUN_TOOLS, "dlbs")
 
 
 def counts(loadgen: dict[str, Any] | None) -> bool:
