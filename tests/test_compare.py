@@ -151,3 +151,28 @@ def test_the_html_page_renders_in_chromium(tmp_path):
     match = re.search(r'data-svg="(\d+)x(\d+)"', proc.stdout)
     assert match, f"no figure probe in Chromium's DOM (rc {proc.returncode}): {proc.stderr[-2000:]}"
     assert int(match.group(1)) >= 400 and int(match.group(2)) >= 100
+
+
+def test_a_deliberately_slowed_scenario_is_marked_in_the_summary_and_named_as_a_difference(tmp_path, capsys):
+    """``slowdown_cpu_quota`` marks the run records (platform.slowed): the summary row says so, and
+    compare lists it first among what could explain the slow-down."""
+    from dlvirt.analysis.compare import Results, differences, load
+
+    a = study(tmp_path / "a")
+    b = study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.6}, seed=1)
+    slowed = {"cpu_quota_fraction": 0.5, "quota_cores": 0.5, "note": "deliberately slowed"}
+    paths = sorted((b / "runs").rglob("*.json"))
+    for path in paths:
+        record = JobResult.read(path)
+        if record.scenario.platform == "CN":
+            dataclasses.replace(record, platform={**record.platform, "slowed": slowed}).write(path)
+    write_summary(paths, b / "summary.csv")
+    summary = pd.read_csv(b / "summary.csv").set_index("scenario")
+    assert summary.loc["CN/1/VNL/CPU", "slowed"] == "deliberately slowed: CFS quota 0.5 of 1 core(s)"
+    assert pd.isna(summary.loc["BM/1/VNL/CPU", "slowed"])
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
+    assert verdicts(tmp_path / "out")["CN/1/VNL/CPU"] == SLOWER
+    found = {what: (va, vb) for what, va, vb in differences(load(a), load(b))}
+    assert found["deliberately slowed rows"][0] == "none"
+    assert "CN/1/VNL/CPU (deliberately slowed: CFS quota 0.5" in found["deliberately slowed rows"][1]
+    assert isinstance(load(a), Results)

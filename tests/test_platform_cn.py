@@ -8,6 +8,7 @@ the end unless another workflow still uses it) and builds the image at most once
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -118,6 +119,18 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     asked = {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1}
     assert observed["privileges"] == {**asked, "seccomp": 2} and result.expected["privileges"] == asked
     assert result.platform["confinement"]["cap_drop"] == ["ALL"] and result.platform["confinement"]["read_only"]
+
+
+def test_a_deliberately_slowed_container_gets_a_smaller_quota_verified_and_marked(engine, cn_image, ic_dataset,
+                                                                                     tmp_path):
+    job = cn_spec(ic_dataset, cn_image, 1, "VNL")
+    job = dataclasses.replace(job, platform_settings={**job.platform_settings, "slowdown_cpu_quota": 0.5})
+    result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
+    assert result.runs[0].observed["quota_cores"] == pytest.approx(0.5) == result.expected["quota_cores"]
+    assert result.platform["slowed"]["cpu_quota_fraction"] == 0.5 and "not a normal study" in \
+        result.platform["slowed"]["note"]
+    assert result.runs[0].threads["intra_op"] == 1  # half a core still grants one thread
+    assert our_containers(engine) == []
 
 
 def test_an_input_the_unprivileged_harness_cannot_read_is_refused(engine, cn_image, ic_dataset, tmp_path):

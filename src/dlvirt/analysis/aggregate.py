@@ -241,6 +241,10 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         **{f"launch_{part}": split[part] / split["launches"] if split else None for part in (*LAUNCH_PARTS, "total_s")},
         "counted_share": split["counted_s"] / split["total_s"] if split and split["total_s"] > 0 else None,
         **latency_columns(per_launch),
+        # a deliberately slowed platform (platforms.<P>.slowdown_cpu_quota): never a normal study's row
+        "slowed": "; ".join(sorted({f"deliberately slowed: CFS quota {r.platform['slowed']['quota_cores']:g} of "
+                                    f"{r.scenario.cores} core(s)" for r in results if r.platform.get("slowed")}))
+        or None,
     }
 
 

@@ -128,6 +128,8 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("early_stopping_met", "bool", "LoadGen's early-stopping verdict met in every repetition (SingleStream, "
            "Server; not met makes LoadGen's verdict INVALID, the repetitions still count)"),
     Column("loadgen_scenario", "str", "the LoadGen scenario of a latency row: SingleStream or Server"),
+    Column("slowed", "str", "set only where a platform was deliberately slowed (slowdown_cpu_quota, to show "
+           "dlvirt compare a real slow-down): not a normal study's row; empty otherwise"),
 )
 
 # added to results/summary.csv by the study's launch-level model (dlvirt.analysis.model)

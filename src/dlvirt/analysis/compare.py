@@ -242,6 +242,10 @@ def facts(results: Results) -> dict[str, Any]:
         "code version": ", ".join(sorted(set(frame["code_version"].astype(str)))) if "code_version" in frame else None,
         "threads policy": ", ".join(sorted(set(frame["threads_policy"].astype(str))))
         if "threads_policy" in frame else None,
+        # a deliberately slowed platform (slowdown_cpu_quota) is the first thing to explain a slow-down
+        "deliberately slowed rows": ", ".join(f"{r.tool} {r.app} {r.scenario} ({r.slowed})" for r in
+                                              frame[frame["slowed"].notna()].itertuples()) or "none"
+        if "slowed" in frame else "none",
         **_engines(h),
         **{f"package {k}": v for k, v in (h.get("packages") or {}).items()},
         **_versions(results.records),

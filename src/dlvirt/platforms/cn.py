@@ -136,6 +136,9 @@ class Container(Platform):
         cpu: dict[str, Any] = {"nano_cpus": int(self.scenario.cores * 1e9)}
         if self.placement is not None:
             cpu = {"cpuset_cpus": format_cpulist(self.cpus), "cpuset_mems": format_cpulist(self.placement.mems)}
+        quota = self.quota_cores
+        if self.slowdown is not None and quota is not None:  # deliberately slowed (not a normal study)
+            cpu["nano_cpus"] = int(quota * 1e9)
         gpus: dict[str, Any] = {}
         if self.scenario.processor == "GPU":
             wanted = str(self.config.get("gpus", "all"))
@@ -228,10 +231,24 @@ class Container(Platform):
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
 
+    @property
+    def slowdown(self) -> float | None:
+        """``slowdown_cpu_quota``: the fraction of the scenario's cores its quota grants when the
+        platform is deliberately slowed (None: a normal study)."""
+        fraction = self.config.get("slowdown_cpu_quota")
+        return None if fraction is None else float(fraction)
+
+    @property
+    def quota_cores(self) -> float | None:
+        """The CFS quota in cores: the scenario's (VNL), none (PIN), or the slowed fraction of them."""
+        if self.slowdown is not None:
+            return round(self.scenario.cores * self.slowdown, 2)  # docker's --cpus resolution
+        return None if self.scenario.pinned else float(self.scenario.cores)
+
     def expected(self) -> Expected:
         return Expected(
             affinity=self.cpus, nproc=len(self.cpus), cpu_count=int(self.engine["NCPU"]),
-            quota_cores=None if self.scenario.pinned else float(self.scenario.cores),
+            quota_cores=self.quota_cores,
             container="docker", vm=None,  # the container cannot tell its hypervisor as the host does
             cgroup_id=self.container.id, memory_limit_bytes=self.memory, memory_at_least_bytes=self.memory,
             image=self.image_label, privileges=PRIVILEGES, mems=self.placement.mems if self.placement else None,
@@ -264,4 +281,7 @@ class Container(Platform):
                 "image_id": self.image_id, "memory_mib": self.memory_mib,
                 "memory_mechanism": None if self.memory is None else "--memory = --memory-swap", "network": "none",
                 "confinement": {**CONFINEMENT, "pids_limit": self.pids_limit},
-                "start_to_harness_s": getattr(self, "start_to_harness_s", None)}
+                "start_to_harness_s": getattr(self, "start_to_harness_s", None),
+                **({"slowed": {"cpu_quota_fraction": self.slowdown, "quota_cores": self.quota_cores,
+                               "note": "deliberately slowed (slowdown_cpu_quota): not a normal study"}}
+                   if self.slowdown is not None else {})}
