@@ -17,7 +17,7 @@ import yaml
 from dlvirt.apps import app_class
 from dlvirt.core.memory import parse_mib
 from dlvirt.core.records import JobSpec
-from dlvirt.run.dlbs import settings_for
+from dlvirt.run.tools.dlbs import settings_for
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"

@@ -182,7 +182,8 @@ def latency_row(platform, pinning, p50_ms, tail, tool="mlperf-SingleStream", app
     return {"tool": tool, "app": app, "platform": platform, "cores": cores, "pinning": pinning, "processor": "CPU",
             "site": "local", "scenario": f"{platform}/{cores}/{pinning}/CPU", "reps": 2 * launches,
             "replicates": launches, "mean_s": 1.0, "ci95_s": 0.01, "accel": "none", "reference_model": reference,
-            "round_means_s": ";".join("1.0" for _ in p50), "launch_rounds": ";".join(str(i + 1) for i in range(launches)),
+            "round_means_s": ";".join("1.0" for _ in p50),
+            "launch_rounds": ";".join(str(i + 1) for i in range(launches)),
             "round_p50_s": ";".join(f"{v:.6g}" for v in p50), "round_p99_s": ";".join(f"{v:.6g}" for v in p99),
             "p50_s": sum(p50) / launches, "p99_s": sum(p99) / launches, "throttled_pct": throttled,
             "loadgen_valid": False, "early_stopping_met": False}
@@ -221,7 +222,6 @@ def test_the_quota_claim_needs_latency_rows_and_says_what_is_missing():
 
 def test_the_latency_figure_normalises_p50_and_p99_to_the_baseline_beside_throttling(tmp_path):
     from conftest import write_plan
-
     from dlvirt.analysis import figures
     from dlvirt.analysis.plandoc import PlanDocument
     from dlvirt.analysis.rows import latency_beside_throttling
