@@ -243,3 +243,63 @@ def test_the_latency_figure_normalises_p50_and_p99_to_the_baseline_beside_thrott
     assert (tmp_path / "latency.png").stat().st_size > 10_000
     empty = figures.latency_figure([summary], tool="mlperf-Server", plan=plan)  # nothing measured: says so
     assert "not measured" in " ".join(t.get_text() for t in empty.axes[0].texts)
+
+
+class SleepyLaunchApp(SleepyApp):
+    """SleepyApp with what the launch loop asks of an app."""
+
+    framework = "none"
+    in_process = True
+    dataset_info = {"source": "synthetic"}
+
+    def __init__(self, settings, dataset_dir, processor, threads, initial_weights=None):
+        super().__init__(batch_infer_s=0.003, pre_s=0.001, plan=threads)
+
+    def import_framework(self):
+        pass
+
+    def load_model(self):
+        pass
+
+    def first_call(self):
+        pass
+
+    def gpu_state(self):
+        return {}
+
+    def framework_threads(self):
+        return {"intra_op": self.threads.intra_op, "inter_op": self.threads.inter_op}
+
+    def model_provenance(self):
+        return {"model": "sleepy", "weights": "random"}
+
+    def framework_versions(self):
+        return {}
+
+
+@pytest.mark.parametrize("tool", ["mlperf-SingleStream", "mlperf-Server"])
+def test_a_latency_launch_end_to_end_through_real_loadgen(tmp_path, monkeypatch, tool):
+    """The launch loop with the real mlperf tool and LoadGen, a stand-in app: Server measures its
+    rate in an Offline warm-up first, then every counted repetition is a latency test at that rate."""
+    from dlvirt.core.records import HarnessOutput
+    from dlvirt.run import launch
+
+    monkeypatch.setattr(launch, "app_class", lambda name: SleepyLaunchApp)
+    job = HarnessJob(tool=tool, app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
+                     repetitions=2, warmup_repetitions=1, threads="granted", batch_size=4,
+                     loadgen={"min_query_count": 16, "server_qps_fraction": 0.5}, app_settings={},
+                     dataset_dir=str(tmp_path), run_id="1-test")
+    job.write(tmp_path / "job.json")
+    assert launch.main([str(tmp_path / "job.json"), str(tmp_path / "out")]) == 0
+    out = HarnessOutput.read(tmp_path / "out" / "harness.json")
+    scenario = split_tool(tool)[1]
+    assert len(out.runs) == 2 and all(r.loadgen["scenario"] == scenario for r in out.runs)
+    assert all(counts(r.loadgen) and r.loadgen["latency_ns"]["p99"] > 0 for r in out.runs)
+    if scenario == "Server":
+        # the Offline calibration first (a noisy first counted repetition may join the warm-ups: unsteady)
+        assert "scenario" not in out.warmups[0].loadgen
+        target = out.runs[0].loadgen["settings"]["target_qps"]
+        assert target == pytest.approx(0.5 * out.warmups[0].samples_per_s)
+        assert "Offline warm-up throughput" in out.runs[0].loadgen["settings"]["target_qps_from"]
+    else:
+        assert out.warmups[0].loadgen["scenario"] == "SingleStream"
