@@ -1,21 +1,32 @@
-"""Shared test helpers: run the real workflow in a private copy, so tests never touch the
-repository's own results/ and resources/ and can run side by side."""
+"""Fixtures and helpers shared by both tiers (tests/unit, tests/integration): the real workflow in a
+private copy (so tests never touch the repository's own results/ and resources/ and can run side by
+side), daemons a test starts by hand, sysfs trees of servers this machine is not, the figure and
+report fixtures, the IC job spec of the platform tests and the apps' small synthetic datasets.
+
+Tests import the helpers from here (``from conftest import ...``); no test imports another test.
+A stand-in that is a program of its own lives beside this file (fake_docker.py, a Docker engine)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
-import signal
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"  # recorded run records, summaries, host facts, plans
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "src", "profiles", "pyproject.toml")
 
 
@@ -129,3 +140,341 @@ def run_one_job(workdir: Path, app: str, scenario: str, tool: str = "mlperf") ->
 # headless Chromium as the tests of the HTML pages run it (test_report, test_compare)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--virtual-time-budget=20000"]
+
+
+# -- tiers --------------------------------------------------------------------------------------
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/integration carries the ``integration`` marker (its folder is its tier)."""
+    integration = REPO / "tests" / "integration"
+    for item in items:
+        if item.path.is_relative_to(integration):
+            item.add_marker(pytest.mark.integration)
+
+
+# -- names in use in the code (tests of kinds and tools: no module names what it does not own)
+
+def source_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string literal in a Python or Snakemake file; docstrings and comments
+    are prose, not names in use."""
+    import ast
+    import io
+    import tokenize
+
+    if path.suffix == ".py":
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        return [(node.lineno, node.value) for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+    return [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+            if token.type == tokenize.STRING and not token.string.startswith('"""')]  # .smk: docstrings are triple-quoted
+
+
+# -- daemons a test starts by hand (this machine has no service manager): each runs in the
+# foreground as our child, with its own config, state and log files, and is stopped by its PID when
+# the test ends, passed or failed.
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def stop_daemon(proc: subprocess.Popen, grace_s: float = 20) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def daemon(argv: list[str], log: Path, ready: Callable[[], bool], timeout_s: float = 30,
+           env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """Run ``argv`` (a foreground daemon) until the block ends; ``ready`` says when it serves."""
+    with open(log, "ab") as out:
+        # own session: a Ctrl-C at the terminal reaches pytest, whose teardown then stops it
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[0]} not ready after {timeout_s} s: {log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        stop_daemon(proc)
+
+
+# -- server topologies this 2-CPU, one-node test machine does not have, as sysfs trees.
+# Each builder writes ``ROOT/sys/devices/system/{cpu,node}`` the way the kernel lays them out
+# (``cpu/online``, ``cpuN/topology/{physical_package_id,die_id,core_id,thread_siblings_list}``,
+# ``node/online``, ``nodeN/cpulist``) and returns ROOT, for ``dlvirt.system.topology.read(ROOT)`` and
+# ``python -m dlvirt cpus --sysfs ROOT``.
+# (cpu, package, core, node) — die 0 everywhere, as on the Xeons of the paper
+Layout = list[tuple[int, int, int, int]]
+
+
+def write_sysfs(root: Path, layout: Layout) -> Path:
+    from dlvirt.system.topology import format_cpulist
+
+    base = root / "sys" / "devices" / "system"
+    (base / "cpu").mkdir(parents=True, exist_ok=True)
+    (base / "cpu" / "online").write_text(format_cpulist(c for c, *_ in layout) + "\n")
+    for cpu, package, core, _ in layout:
+        topo = base / "cpu" / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        siblings = [c for c, p, k, _ in layout if (p, k) == (package, core)]
+        for name, value in (("physical_package_id", package), ("die_id", 0), ("core_id", core),
+                            ("thread_siblings_list", format_cpulist(siblings))):
+            (topo / name).write_text(f"{value}\n")
+    nodes = sorted({n for *_, n in layout})
+    (base / "node").mkdir(parents=True, exist_ok=True)
+    (base / "node" / "online").write_text(format_cpulist(nodes) + "\n")
+    for node in nodes:
+        (base / "node" / f"node{node}").mkdir()
+        (base / "node" / f"node{node}" / "cpulist").write_text(
+            format_cpulist(c for c, _, _, n in layout if n == node) + "\n")
+    return root
+
+
+def interleaved_two_socket(root: Path) -> Path:
+    """8 CPUs, no SMT; socket 0 = even CPUs (node 0), socket 1 = odd CPUs (node 1): Dell PowerEdge style."""
+    return write_sysfs(root, [(c, c % 2, c // 2, c % 2) for c in range(8)])
+
+
+def contiguous_two_socket(root: Path) -> Path:
+    """8 CPUs, no SMT; socket 0 = CPUs 0-3 (node 0), socket 1 = CPUs 4-7 (node 1)."""
+    return write_sysfs(root, [(c, c // 4, c % 4, c // 4) for c in range(8)])
+
+
+def one_socket_smt(root: Path) -> Path:
+    """16 CPUs on one socket and node: CPUs 0-7 are the cores, 8-15 their SMT siblings."""
+    return write_sysfs(root, [(c, 0, c % 8, 0) for c in range(16)])
+
+
+def interleaved_two_socket_smt(root: Path) -> Path:
+    """The paper's server in small: 2 sockets x 4 cores x 2 threads, interleaved (socket 0 = even
+    CPUs), siblings after all cores (CPU c and c + 8)."""
+    return write_sysfs(root, [(c, c % 2, (c % 8) // 2, c % 2) for c in range(16)])
+
+
+def four_nodes(root: Path) -> Path:
+    """16 CPUs, no SMT, 2 sockets split into 2 NUMA nodes each (sub-NUMA clustering): node n = CPUs 4n-4n+3."""
+    return write_sysfs(root, [(c, c // 8, c % 8, c // 4) for c in range(16)])
+
+
+# -- figures and the report from fixture summaries (tests of figures, the report, the tables) ---
+
+SUMMARIES = FIXTURES / "summaries"
+CASES = {  # fixture -> (summary, host facts, the plan's left-out entries)
+    "full": (SUMMARIES / "full.csv", FIXTURES / "host_full.json", []),
+    "partial": (SUMMARIES / "partial.csv", FIXTURES / "host_partial.json",
+                json.loads((FIXTURES / "gaps_partial.json").read_text())),
+    "empty": (SUMMARIES / "empty.csv", FIXTURES / "host_partial.json", []),
+}
+RUNS = sorted((FIXTURES / "runs").glob("*.json"))
+
+
+def parameters(spec, case, out: Path) -> dict:
+    summary, host, gaps = CASES[case]
+    plan = write_plan(out / f"plan-{case}.json", gaps)
+    return {"summaries": [str(summary)], "host": str(host), "plan": str(plan), "png": str(out / f"{spec.id}.png"),
+            "pdf": str(out / f"{spec.id}.pdf"), **spec.parameters}
+
+
+def run_notebook_in_process(notebook: Path, params: dict) -> None:
+    """The notebook's code cells, with the parameters injected after its parameters cell as
+    papermill does (the kernel start-up is what this saves; papermill itself is tested in
+    tests/integration/test_papermill.py)."""
+    import matplotlib.pyplot
+    import nbformat
+
+    namespace: dict = {}
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        exec(compile(cell.source, str(notebook), "exec"), namespace)  # noqa: S102 - our own notebooks
+        if "parameters" in cell.metadata.get("tags", []):
+            namespace.update(params)
+    matplotlib.pyplot.close("all")
+
+
+def assert_rendered(png: Path, pdf: Path) -> None:
+    from PIL import Image
+
+    with Image.open(png) as image:
+        image.load()
+        assert image.width >= 600 and image.height >= 300
+    assert pdf.read_bytes().startswith(b"%PDF")
+
+
+@pytest.fixture(scope="module")
+def built_report(tmp_path_factory) -> dict[str, Path]:
+    """Figures, tables, claims and the report from the fixtures, built once per test module."""
+    from dlvirt.analysis.catalog import FIGURES
+    from dlvirt.analysis.claims import write_claims
+    from dlvirt.analysis.report import write_report
+    from dlvirt.analysis.tables import write_tables
+
+    out = tmp_path_factory.mktemp("report")
+    summary, host, gaps = CASES["full"]
+    for spec in FIGURES:
+        run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", parameters(spec, "full", out))
+    plan = write_plan(out / "plan.json", CASES["partial"][2],
+                      estimate={"records": 3, "jobs": 4, "unknown_jobs": 1, "fixed_s": None, "adaptive_s": 5400.0})
+    paths = {"summary": summary, "host": host, "plan": plan, "claims": out / "claims.csv",
+             "table1": out / "table1.csv", "table2": out / "table2.csv"}
+    write_tables(RUNS, host, plan, paths["table1"], paths["table2"])
+    write_claims(summary, host, plan, paths["claims"])
+    write_report(out / "report.html", figures={s.id: out / f"{s.id}.png" for s in FIGURES}, runs=RUNS, **paths)
+    return {**paths, "report": out / "report.html", "dir": out}
+
+
+def jobs_that_would_run(workdir, *args):
+    """The workflow's dry run (``snakemake -n``): jobs per rule."""
+    # targets come before --configfile, which takes every following word as a file
+    proc = snakemake(workdir, *args, "-n", "--quiet", "rules")
+    counts = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+# -- two results folders for ``dlvirt compare`` (tests of compare and its HTML page) -------------
+
+COMPARE_LAUNCHES, COMPARE_REPS = 4, 3
+
+
+def compare_scenarios() -> list:
+    from dlvirt.core.scenario import Scenario
+
+    return [Scenario("BM", 1, "VNL", "CPU"), Scenario("CN", 1, "VNL", "CPU")]
+
+
+def compare_study(folder: Path, scale: dict[str, float] | None = None, model: dict[str, str] | None = None,
+                  launches: int = COMPARE_LAUNCHES, seed: int = 0) -> Path:
+    """A results folder built from the fixture run record through the real summary code: run
+    records (launch means spread ~1.5 %, round by round), summary, host facts. ``scale`` multiplies
+    a scenario's times; ``model`` replaces a scenario's model name."""
+    import numpy as np
+
+    from dlvirt.analysis.aggregate import write_summary
+    from dlvirt.core.records import JobResult
+
+    template = JobResult.read(FIXTURES / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
+    rng = np.random.default_rng(seed)
+    paths = []
+    for scenario in compare_scenarios():
+        for replicate in range(1, launches + 1):
+            level = 0.75 * (1.0 + 0.015 * rng.standard_normal()) * (scale or {}).get(scenario.name, 1.0)
+            runs = [dataclasses.replace(template.runs[0], repetition=i,
+                                        e2e_s=float(level * (1.0 + 0.01 * rng.standard_normal())))
+                    for i in range(COMPARE_REPS)]
+            record = dataclasses.replace(
+                template, scenario=scenario, scenario_name=scenario.name, replicate=replicate, runs=runs,
+                run_id=f"{scenario.platform}-{replicate}-{seed}",
+                platform={**template.platform, "platform": scenario.platform},
+                model={**template.model, **((model or {}).get(scenario.name) and
+                                            {"model": (model or {})[scenario.name]} or {})})
+            s = scenario
+            path = folder / "runs" / "mlperf" / "ic" / s.platform / str(s.cores) / s.pinning / s.processor / \
+                f"{replicate}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            record.write(path)
+            paths.append(path)
+    write_summary(paths, folder / "summary.csv")
+    shutil.copy(FIXTURES / "host_full.json", folder / "host.json")
+    return folder
+
+
+# -- the IC job of the platform tests (BM, CN, guests): a JobSpec for ``run_job`` ----------------
+
+IC_SETTINGS = {"batch_size": 4, "seed": 0, "dataset": {"path": None, "count": 4, "seed": 0},
+               "weights": {"path": None, "sha256": None},
+               "loadgen": {"min_query_count": 4, "min_duration_ms": 0, "expected_qps": 1,
+                           "performance_sample_count": None}}
+
+
+def ic_job_spec(dataset: Path, cores: int, pinning: str, **extra: Any):
+    """An mlperf IC job on BM (``platform_settings``/``scenario`` in ``extra`` change that)."""
+    from dlvirt.core.records import JobSpec
+
+    return JobSpec.from_dict({
+        "tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
+        "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"], "app_settings": IC_SETTINGS,
+        "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
+        "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra})
+
+
+# -- the apps' small synthetic datasets, shared by the tests of an app's data (unit) and of its
+# model (integration)
+
+
+def one_thread():
+    """The thread plan of one granted core (what the app tests run with)."""
+    from dlvirt.apps.base import ThreadPlan
+
+    return ThreadPlan(policy="granted", cores=1, intra_op=1, inter_op=1, pre_workers=1)
+
+
+def ic_app(dataset, framework, processor="CPU", **settings):
+    from dlvirt.apps.ic import ImageClassification
+
+    settings = {"seed": 0, "dataset": {"path": None, "count": 3, "seed": 0}, "weights": {"path": None},
+                "framework": framework, **settings}
+    return ImageClassification(settings, dataset, processor, one_thread())
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    from dlvirt.apps.ic import ImageClassification
+
+    out = tmp_path_factory.mktemp("ic-jpegs")
+    ImageClassification.prepare_dataset(out, {"dataset": {"path": None, "count": 3, "seed": 4}})
+    return out
+
+
+@pytest.fixture(scope="module")
+def nlp_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dlvirt.apps.nlp import QuestionAnswering
+
+    out = tmp_path_factory.mktemp("nlp-dataset")
+    QuestionAnswering.prepare_dataset(out, {"dataset": {"path": None, "count": 40, "seed": 3}})
+    return out
+
+
+RS_DATASET = {"path": None, "count": 6, "seed": 5, "lines_per_sample": {"min": 3, "max": 9}}
+RS_SETTINGS = {"dataset": RS_DATASET, "seed": 0, "max_rows_per_table": 1000, "threshold": 0.5}
+
+
+@pytest.fixture(scope="module")
+def rs_dataset(tmp_path_factory):
+    from dlvirt.apps.rs import Recommendation
+
+    out = tmp_path_factory.mktemp("rs-dataset")
+    Recommendation.prepare_dataset(out, {"dataset": RS_DATASET})
+    return out
+
+
+@pytest.fixture(scope="module")
+def sr_dataset(tmp_path_factory):
+    from dlvirt.apps.sr import SpeechRecognition
+
+    out = tmp_path_factory.mktemp("sr-dataset")
+    SpeechRecognition.prepare_dataset(out, {"dataset": {"path": None, "count": 2, "seconds": 2.0, "seed": 3}})
+    return out

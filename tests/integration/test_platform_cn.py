@@ -1,0 +1,370 @@
+"""The CN platform against a real Docker engine: what a container really gets (--cpus vs
+--cpuset-cpus) seen from inside, nothing left behind after a kill or a timeout, and an image that is
+built once and never rebuilt while its inputs stay the same.
+
+The session starts dlvirt's own dockerd through dlvirt.system.engines when none answers (and stops it at
+the end unless another workflow still uses it) and builds the image at most once."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from conftest import IC_SETTINGS, copy_workflow, ic_job_spec, smoke_config, snakemake, write_config
+from dlvirt.apps.ic import ImageClassification
+from dlvirt.core.owner import new_run_id
+from dlvirt.core.records import JobSpec
+from dlvirt.platforms import container_image
+from dlvirt.platforms.base import PlatformError
+from dlvirt.platforms.cn import Container, online_cpus
+from dlvirt.run.cleanup import remove_stale_containers
+from dlvirt.run.runner import run_job
+from dlvirt.system import docker_engine, engines
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = {"memory_mib": 4096, "gpus": "all", "debian_mirror": None, "image": None,
+            "engine": {"host": None, "data_root": "/var/lib/dlvirt/docker"}}
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[docker.DockerClient]:
+    """A Docker engine that answers: the configured one, or dlvirt's own started for this session."""
+    if docker_engine.configured_url(SETTINGS) is None and not docker_engine.answers(docker_engine.DEFAULT_URL):
+        if shutil.which("dockerd", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+            pytest.skip("no Docker engine answers and dockerd is not installed (Debian: docker.io)")
+        if os.geteuid() != 0:
+            pytest.skip("no Docker engine answers and starting dockerd needs root")
+    daemons = Container.daemons({"CN": SETTINGS})
+    for daemon in daemons:
+        engines.acquire(daemon, os.getpid())
+    client = docker_engine.connect(SETTINGS, "platforms.CN")
+    try:
+        yield client
+    finally:
+        client.close()
+        for daemon in daemons:
+            engines.release(daemon.name, os.getpid())
+
+
+@pytest.fixture(scope="session")
+def checkout(tmp_path_factory) -> Path:
+    """A workflow copy taken once: the image's inputs stay fixed for the session (the tag is their
+    hash, and the working tree may change while the tests run)."""
+    return copy_workflow(tmp_path_factory.mktemp("cn") / "wf")
+
+
+@pytest.fixture(scope="session")
+def cn_image(engine, checkout, tmp_path_factory) -> str:
+    """dlvirt's image for the checkout, built once per session unless the engine has its tag."""
+    if shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+        pytest.skip("building the CN image needs debootstrap")
+    info = container_image.ensure(checkout, SETTINGS, tmp_path_factory.mktemp("images") / "cn.json")
+    return str(info["image"])
+
+
+@pytest.fixture(scope="module")
+def ic_dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ic-cn")
+    out.chmod(0o755)  # as resources/datasets/ic is: the harness in the container is not root
+    ImageClassification.prepare_dataset(out, IC_SETTINGS)
+    return out
+
+
+def cn_spec(dataset: Path, image: str, cores: int, pinning: str, **extra) -> JobSpec:
+    return ic_job_spec(dataset, cores, pinning, platform_settings={**SETTINGS, "image": image},
+                scenario={"platform": "CN", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra)
+
+
+def our_containers(client: docker.DockerClient, runner: int | None = None) -> list:
+    """Containers of jobs run by ``runner`` (default: this test process; run ids start with its PID)."""
+    prefix = f"{runner or os.getpid()}-"
+    return [c for c in docker_engine.labelled_containers(client) if c.labels[docker_engine.LABEL_RUN].startswith(prefix)]
+
+
+def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn_image, ic_dataset, tmp_path):
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
+    observed = result.runs[0].observed
+    assert observed["quota_cores"] == pytest.approx(1.0)
+    assert observed["affinity"] == list(online_cpus()) and observed["nproc"] == len(online_cpus())
+    assert observed["virtualization"]["container"] == "docker" and observed["image"] == cn_image
+    # study.memory is the container's limit (docker --memory), read from inside and recorded
+    assert observed["memory_limit_bytes"] == 4 << 30 == result.expected["memory_limit_bytes"]
+    assert result.platform["memory_mib"] == 4096
+    # the engine's version as the daemon reports it (not the CLI's on PATH)
+    assert result.platform["docker_version"] == engine.version()["Version"]
+    cgroup_id = result.expected["cgroup_id"]
+    assert cgroup_id and any(cgroup_id in path for path in observed["cgroup"].values())
+    assert result.runs[0].threads["intra_op"] == 1  # sized from the quota, not the visible cores
+    assert result.platform["cpu_mechanism"] == "--cpus (CFS quota)"
+    assert result.platform["start_to_harness_s"] > 0
+    assert json.loads((tmp_path / "r.json").read_text())["verified"] is True
+    assert our_containers(engine) == []
+    # least privilege, as the harness read it from /proc/self/status inside, recorded and checked
+    asked = {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1}
+    assert observed["privileges"] == {**asked, "seccomp": 2} and result.expected["privileges"] == asked
+    assert result.platform["confinement"]["cap_drop"] == ["ALL"] and result.platform["confinement"]["read_only"]
+
+
+def test_a_deliberately_slowed_container_gets_a_smaller_quota_verified_and_marked(engine, cn_image, ic_dataset,
+                                                                                     tmp_path):
+    job = cn_spec(ic_dataset, cn_image, 1, "VNL")
+    job = dataclasses.replace(job, platform_settings={**job.platform_settings, "slowdown_cpu_quota": 0.5})
+    result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
+    assert result.runs[0].observed["quota_cores"] == pytest.approx(0.5) == result.expected["quota_cores"]
+    assert result.platform["slowed"]["cpu_quota_fraction"] == 0.5 and "not a normal study" in \
+        result.platform["slowed"]["note"]
+    assert result.runs[0].threads["intra_op"] == 1  # half a core still grants one thread
+    assert our_containers(engine) == []
+
+
+def test_an_input_the_unprivileged_harness_cannot_read_is_refused(engine, cn_image, ic_dataset, tmp_path):
+    private = tmp_path / "private"
+    shutil.copytree(ic_dataset, private)
+    private.chmod(0o700)
+    with pytest.raises(PlatformError, match=rf"{private}: the container's user \(uid 65534\) cannot read it"):
+        run_job(cn_spec(private, cn_image, 1, "VNL"), tmp_path / "r.json", tmp_path / "lg")
+    assert our_containers(engine) == [] and not (tmp_path / "r.json").exists()
+
+
+def test_a_pulled_image_must_be_named_by_digest(engine, tmp_path):
+    with pytest.raises(engines.EngineError, match="name it by digest"):
+        container_image.ensure(Path("."), {**SETTINGS, "image": "registry.example/dlvirt:latest"}, tmp_path / "m.json")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_host_facts_take_dockers_version_from_the_daemon(engine):
+    from dlvirt.system import engine_versions
+
+    facts = engine_versions.host_engines(docker_engine.engine_url(SETTINGS), os.uname().machine)["docker"]
+    assert facts["version"] == engine.version()["Version"] and "Docker SDK" in facts["source"]
+
+
+def test_framework_default_in_a_quota_uses_every_host_core_and_is_throttled(engine, cn_image, ic_dataset, tmp_path):
+    """CN/1/VNL, framework-default: the frameworks size their pools from the host cores they see,
+    so the container's threads outrun the quota and the kernel throttles them (read inside)."""
+    if len(online_cpus()) < 2:
+        pytest.skip("needs 2 host cores to oversubscribe a 1-core quota")
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "VNL", threads="framework-default", repetitions=3),
+                     tmp_path / "r.json", tmp_path / "lg")
+    for run in result.runs:
+        assert run.threads["intra_op"] is None
+        assert run.threads["framework"]["intra_op"] == len(online_cpus())
+        assert run.telemetry["nr_periods"] > 0
+    throttled = sum(run.telemetry["nr_throttled"] for run in result.runs)
+    if throttled == 0:
+        # the quota throttles only a container that wants more than it; on a loaded host the
+        # others' processes may keep it below that
+        cpu = sum(sum(run.phases[k] for k in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s")) for run in result.runs)
+        used = cpu / sum(run.e2e_s for run in result.runs)
+        if used < 0.95:
+            pytest.skip(f"host too busy: the container used {used:.2f} cores on average, under its 1-core quota")
+    assert throttled > 0
+    assert result.code and result.runner_code and result.code["source"] == result.runner_code["source"]
+
+
+def test_cpuset_run_sees_exactly_its_cores(engine, cn_image, ic_dataset, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative output paths, as the workflow passes them
+    result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN"), Path("r.json"), Path("lg"))
+    observed = result.runs[0].observed
+    mine = sorted(os.sched_getaffinity(0))[:1]
+    assert observed["affinity"] == mine and observed["nproc"] == 1
+    assert observed["quota_cores"] is None
+    assert result.platform["cpu_mechanism"] == "--cpuset-cpus + --cpuset-mems"
+    assert result.platform["network"] == "none"
+    # memory bound to the node of its core (--cpuset-mems), seen from inside as Mems_allowed_list
+    placed = result.platform["placement"]
+    assert observed["placement"]["mems"] == placed["mems"] == list(result.expected["mems"]) and placed["nodes"] == 1
+    assert (tmp_path / "lg" / "rep-0000" / "mlperf_log_summary.txt").exists()
+    assert our_containers(engine) == []
+
+
+def test_container_killed_mid_run_leaves_no_container_and_no_result(engine, cn_image, ic_dataset, tmp_path):
+    killed: list[str] = []
+
+    def kill_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for container in our_containers(engine):
+                if b"[harness]" in container.logs():  # mid-run: a repetition has finished
+                    container.kill()
+                    killed.append(container.name)
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_when_running, daemon=True)
+    killer.start()
+    long_job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
+    with pytest.raises(PlatformError, match="status 137"):
+        run_job(long_job, tmp_path / "r.json", tmp_path / "lg")
+    killer.join(timeout=10)
+    assert killed, "the container was never seen running"
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "lg").exists()
+    assert not list(tmp_path.glob(".work-*"))
+    assert our_containers(engine) == []
+
+
+# Points of a CN job's life, each marked by a line the job itself prints when it gets there.
+INTERRUPT_POINTS = {
+    "before the container exists": r"\[dlvirt\] CN/\S+ job \S+: provisioning",
+    "while the container starts": r"\[dlvirt\] container dlvirt-\S+ created",
+    "during model load": r"\[harness\] .*: loading the model",
+    "during a repetition": r"\[harness\] .* (warm-up|rep) 0:",
+}
+
+
+@pytest.mark.parametrize(("point", "signals"), [
+    *((point, (signal.SIGINT,)) for point in INTERRUPT_POINTS),
+    # Ctrl-C in Snakemake's terminal: SIGINT from the terminal and SIGTERM forwarded by dlvirt.run.interrupt
+    # (this one hung about every other time until the main thread waited in slices: dlvirt.core.signals)
+    *((point, (signal.SIGINT, signal.SIGTERM)) for point in INTERRUPT_POINTS),
+])
+def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_dataset, tmp_path, point, signals):
+    """The job is started with SIGINT ignored, as a non-interactive shell starts anything in the
+    background (the suite once lost a Ctrl-C so): the runner must stop on it all the same, at
+    every point of its life, quickly, leaving no container, no result and no work directory."""
+    job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
+    bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
+                              "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    reached = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:  # reads to the end: a full pipe would stall the job
+        for line in bench.stdout:
+            lines.append(line)
+            if re.search(INTERRUPT_POINTS[point], line):
+                reached.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(timeout=300), f"the job never got {point}:\n{''.join(lines[-20:])}"
+        signalled = time.monotonic()
+        for number in signals:
+            bench.send_signal(number)
+        try:
+            returncode = bench.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            bench.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack into the output
+            bench.wait(timeout=30)
+            reader.join(timeout=10)
+            pytest.fail(f"CN job still running 60 s after {point}; its last output:\n{''.join(lines[-80:])}")
+        took = time.monotonic() - signalled
+    finally:
+        bench.kill()
+        bench.wait()
+        reader.join(timeout=10)
+    print(f"CN job stopped after {took:.1f} s by {'+'.join(signal.Signals(n).name for n in signals)} {point}")
+    assert returncode != 0
+    assert took < 30, f"the job took {took:.1f} s to stop after {point}"
+    assert not (tmp_path / "r.json").exists() and not list(tmp_path.glob(".work-*"))
+    assert our_containers(engine, bench.pid) == [], "".join(lines[-20:])
+
+
+def test_timeout_removes_the_container(engine, cn_image, ic_dataset, tmp_path):
+    with pytest.raises(PlatformError, match="timeout"):
+        run_job(cn_spec(ic_dataset, cn_image, 1, "PIN", timeout_s=2), tmp_path / "r.json", tmp_path / "lg")
+    assert not (tmp_path / "r.json").exists()
+    assert our_containers(engine) == []
+
+
+def test_failed_provisioning_names_the_missing_image(engine, ic_dataset, tmp_path):
+    with pytest.raises(PlatformError, match="dlvirt-cn:missing is not in the Docker engine"):
+        run_job(cn_spec(ic_dataset, "dlvirt-cn:missing", 1, "PIN"), tmp_path / "r.json", tmp_path / "lg")
+    assert our_containers(engine) == []
+
+
+def test_stale_containers_of_dead_runs_are_removed_live_ones_kept(engine, cn_image):
+    dead = f"{2 ** 22 + 1}-1234-{os.urandom(4).hex()}"  # above the default pid_max: no such process
+    made = [engine.containers.create(cn_image, ["sleep", "60"], name=f"dlvirt-{run_id}",
+                                     network_mode="none", labels=docker_engine.labels(run_id))
+            for run_id in (dead, new_run_id())]
+    try:
+        removed = list(remove_stale_containers(SETTINGS))
+        assert any(made[0].name in line for line in removed)
+        assert not any(made[1].name in line for line in removed)
+        names = {c.name for c in docker_engine.labelled_containers(engine)}
+        assert made[0].name not in names and made[1].name in names
+    finally:
+        for container in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+def test_old_images_are_pruned_to_the_newest_k_and_one_in_use_is_kept(engine):
+    """container_image.prune on a repository of this test's own (never the real dlvirt-cn, which
+    other sessions on this engine may use): tiny imported images, oldest first."""
+    import io
+    import tarfile
+
+    repo = f"dlvirt-prunetest-{os.getpid()}"
+    tags = []
+    for i in range(4):
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            info = tarfile.TarInfo(f"file{i}")
+            tar.addfile(info, io.BytesIO(b""))
+        engine.api.import_image_from_data(data.getvalue(), repository=repo, tag=f"v{i}")
+        tags.append(f"{repo}:v{i}")
+        time.sleep(1.1)  # Created has second resolution on some engines
+    user = engine.containers.create(tags[0], ["none"], network_mode="none")
+    try:
+        said = container_image.prune(engine, 2, repo)
+        left = {t for image in engine.images.list(name=repo) for t in image.tags}
+        assert left == {tags[0], tags[2], tags[3]}
+        assert f"removed old CN image {tags[1]} (platforms.CN.keep_images: 2)" in said
+        assert any(line.startswith(f"kept old CN image {tags[0]}") for line in said)
+    finally:
+        user.remove(force=True)
+        for tag in tags:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                engine.images.remove(tag)
+
+
+def test_second_build_with_nothing_changed_rebuilds_nothing(engine, cn_image, checkout, tmp_path):
+    info = container_image.ensure(checkout, SETTINGS, tmp_path / "cn.json")
+    assert info["image"] == cn_image and info["source"] == "present" and not info["built"]
+    assert json.loads((tmp_path / "cn.json").read_text())["id"] == engine.images.get(cn_image).id
+
+
+def test_workflow_rebuilds_the_image_only_when_an_input_changes(engine, cn_image, checkout, tmp_path):
+    """The rule's marker is made from the existing image (no build); afterwards nothing is stale
+    until the package's code changes, which changes the tag."""
+    workdir = Path(shutil.copytree(checkout, tmp_path / "wf", ignore=shutil.ignore_patterns("resources")))
+    config = write_config(workdir / "smoke.yaml", smoke_config())
+    snakemake(workdir, "resources/images/cn.json", "--configfile", str(config))
+    marker = json.loads((workdir / "resources/images/cn.json").read_text())
+    assert marker["image"] == cn_image and marker["source"] == "present"
+    again = snakemake(workdir, "resources/images/cn.json", "--configfile", str(config), "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+    with open(workdir / "src/dlvirt/__init__.py", "a") as handle:
+        handle.write("# changed\n")
+    changed = snakemake(workdir, "resources/images/cn.json", "--configfile", str(config), "-n")
+    assert "cn_image" in changed.stdout
+    assert not list((workdir / "resources").glob("engines/*.json"))  # the workflow released its lease
+
+
+def test_pytorch_ic_backend_runs_in_the_container(engine, cn_image, ic_dataset, tmp_path):
+    job = cn_spec(ic_dataset, cn_image, 1, "VNL", app_settings={**IC_SETTINGS, "framework": "pytorch"})
+    result = run_job(job, tmp_path / "r.json", tmp_path / "lg")
+    assert result.verified and result.model["framework"] == "pytorch" and "torch" in result.versions
+    assert result.runs[0].observed["image"] == cn_image and result.runs[0].samples == 4
+    # the image records the host's stack it was built from
+    assert result.stack is not None and result.stack["stack"] == "cpu" and result.stack["chosen_by"] == "dlvirt image"
+    assert our_containers(engine) == []

@@ -1,0 +1,162 @@
+"""The real smoke study end to end: summary, host facts and Figure 4a; then incremental behaviour."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import jobs_that_would_run, smoke_config, snakemake, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_smoke_study_end_to_end_then_incremental(workflow_dir):
+    config = write_config(workflow_dir / "smoke.yaml", smoke_config())
+    snakemake(workflow_dir, "all", "--configfile", str(config))
+
+    summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
+    bm = summary[(summary.platform == "BM") & (summary.app == "ic") & (summary.tool == "mlperf")]
+    assert sorted(bm.scenario) == ["BM/1/PIN/CPU", "BM/1/VNL/CPU", "BM/2/PIN/CPU", "BM/2/VNL/CPU"]
+    assert (bm.reps == 2).all() and (bm.mean_s > 0).all() and bm.loadgen_valid.all()
+    assert (bm.dataset_source == "synthetic").all() and (bm.weights == "random").all()
+    assert (workflow_dir / "results" / "figures" / "fig4a.png").stat().st_size > 10_000
+    assert (workflow_dir / "results" / "notebooks" / "fig4a.ipynb").exists()
+    host = json.loads((workflow_dir / "results" / "host.json").read_text())
+    assert host["capabilities"]["cores"] >= 1 and "packages" in host
+
+    run = json.loads((workflow_dir / "results/runs/mlperf/ic/BM/1/VNL/CPU/1.json").read_text())
+    assert run["verified"] and len(run["runs"]) == 2
+    assert run["runs"][0]["observed"]["quota_cores"] == pytest.approx(1.0)
+    assert run["runs"][0]["threads"]["intra_op"] == 1
+
+    # What the kernel and the frameworks did, in every row and run file (dlvirt.system.observe)
+    vnl = summary[summary.pinning == "VNL"]
+    assert len(vnl) and vnl.throttled_pct.notna().all() and vnl.throttled_s.notna().all()
+    for column in ("throttled_pct", "throttled_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s",
+                   "ctx_switches"):
+        assert pd.api.types.is_numeric_dtype(summary[column]), column
+    for column in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "ctx_switches"):
+        assert summary[column].notna().all(), column
+    assert (summary.code_version != "not recorded").all()
+    # study.memory (smoke.yaml: 4g) is every row's, and each repetition's limit as seen inside
+    assert (summary.memory_mib == 4096).all()
+    for path in (workflow_dir / "results" / "runs").rglob("*.json"):
+        result = json.loads(path.read_text())
+        assert result["code"]["source"] and result["code"]["source"] == result["runner_code"]["source"], path
+        assert all(r["threads"]["framework"].get("intra_op") for r in result["runs"]), path
+        assert all(r["observed"]["memory_limit_bytes"] == 4096 << 20 for r in result["runs"]), path
+
+    # Cheap launches: one weights resource per app (both tools, every scenario load it), its checksum
+    # beside it; each launch records the one it loaded and splits its machine time, which the summary
+    # and the report show
+    checksums = {p.parent.parent.name: p.read_text().strip()
+                 for p in (workflow_dir / "resources" / "weights").rglob("*.sha256")}
+    assert sorted(checksums) == sorted(smoke_config()["study"]["apps"])
+    for path in (workflow_dir / "results" / "runs").rglob("*.json"):
+        result = json.loads(path.read_text())
+        assert result["model"]["weights"] == "random", path  # still random weights, and says so
+        assert result["model"]["weights_sha256"] == checksums[result["app"]], path
+        assert result["spec"]["weights_file"].startswith(f"resources/weights/{result['app']}/"), path
+        launch = result["launch_s"]
+        parts = [launch[k] for k in ("startup_s", "model_load_s", "warmup_s", "counted_s", "other_s")]
+        assert min(parts[:4]) > 0 and sum(parts) == pytest.approx(launch["total_s"], abs=1e-3), path
+        # the parts fit inside the total: nothing counted twice (rounding aside)
+        assert launch["other_s"] >= -1e-3 and launch["startup_overlap_s"] <= 1e-3, path
+        assert launch["model_load_s"] == pytest.approx(result["model_load_s"], abs=1e-3), path
+    assert summary.counted_share.between(0, 1).all() and (summary.launch_counted_s > 0).all()
+    report = (workflow_dir / "results" / "report.html").read_text()
+    assert "Where the launches' machine time went" in report and "% counted repetitions" in report
+
+    # A second run has nothing to do.
+    assert jobs_that_would_run(workflow_dir, "all", "--configfile", str(config)) == {}
+
+    # Changing one app setting reruns that app's benchmark jobs and what depends on them, not the dataset.
+    changed = smoke_config()
+    changed["apps"]["ic"]["batch_size"] = 4
+    write_config(config, changed)
+    counts = jobs_that_would_run(workflow_dir, "all", "--configfile", str(config))
+    assert counts.get("benchmark") == len(summary[summary.app == "ic"])  # every ic scenario (BM, CN)
+    assert "dataset" not in counts and "host_facts" not in counts and "cn_image" not in counts
+    assert "weights" not in counts  # the batch size is not part of the initialisation
+
+
+def test_one_figure_builds_only_what_it_needs(workflow_dir):
+    config = write_config(workflow_dir / "smoke.yaml", smoke_config())
+    counts = jobs_that_would_run(workflow_dir, "results/figures/fig4a.png", "--configfile", str(config))
+    assert counts["figure"] == 1 and "summary" not in counts and "all" not in counts
+
+
+def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow_dir):
+    """``kill -INT <snakemake>`` (a supervisor's interrupt, not Ctrl-C's process group) stops the
+    running benchmark job and its teardown runs: no runner, result, work directory or cgroup stays."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import tool_env
+    from dlvirt.run.cleanup import dlvirt_cgroups
+    from dlvirt.run.interrupt import job_runners
+
+    config = smoke_config(study={"apps": ["ic"], "tools": ["mlperf"], "repetitions": 50, "warmup_repetitions": 0,
+                                 "matrix": [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]})
+    config["apps"] = {"ic": {"batch_size": 4, "dataset": {"count": 32}, "loadgen": {"min_query_count": 32}}}
+    path = write_config(workflow_dir / "long.yaml", config)
+    run = workflow_dir / "results/runs/mlperf/ic/BM/1/PIN/CPU/1.json"
+    snake = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", str(run.relative_to(workflow_dir)),
+                              "--configfile", str(path)], cwd=workflow_dir, env=tool_env(), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, runners = time.monotonic() + 300, []
+        while time.monotonic() < deadline and snake.poll() is None:
+            runners = [pid for pid in job_runners(snake.pid)
+                       if b"bench" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+            if runners and list(run.parent.glob(".work-*/job.json")):
+                break
+            time.sleep(0.5)
+        assert runners, f"the benchmark job never started: {snake.stderr.read() if snake.poll() is not None else ''}"
+        time.sleep(5)  # the harness is running
+        os.kill(snake.pid, signal.SIGINT)
+        start = time.monotonic()
+        while any(Path(f"/proc/{pid}").exists() for pid in runners) and time.monotonic() - start < 60:
+            time.sleep(0.2)
+        stopped_s = time.monotonic() - start
+        snake.wait(timeout=120)
+    finally:
+        if snake.poll() is None:
+            os.killpg(snake.pid, signal.SIGKILL)
+    print(f"job runner gone {stopped_s:.1f} s after SIGINT to snakemake")
+    assert stopped_s < 30
+    assert not run.exists() and not list(run.parent.glob(".work-*"))
+    assert not [p for p in dlvirt_cgroups() if any(p.name.startswith(f"dlvirt-{pid}-") for pid in runners)]
+
+
+def test_replicates_run_in_interleaved_rounds(workflow_dir):
+    config = smoke_config(replicates=2)
+    config["study"].update(apps=["ic"], tools=["mlperf"], matrix=[
+        {"platforms": ["BM"], "cores": [1, 2], "pinning": ["PIN"], "processors": ["CPU"]}])
+    path = write_config(workflow_dir / "replicates.yaml", config)
+    snakemake(workflow_dir, "results/summary.csv", "results/plan.json", "--configfile", str(path))
+
+    runs = [json.loads(p.read_text()) for p in sorted((workflow_dir / "results" / "runs").rglob("*.json"))]
+    assert sorted((r["scenario_name"], r["replicate"]) for r in runs) == [
+        ("BM/1/PIN/CPU", 1), ("BM/1/PIN/CPU", 2), ("BM/2/PIN/CPU", 1), ("BM/2/PIN/CPU", 2)]
+    # every launch of round 1 ended before any launch of round 2 started, as the plan ordered
+    started = {(r["scenario_name"], r["replicate"]): min(x["started_utc"] for x in r["warmups"] + r["runs"])
+               for r in runs}
+    finished = {(r["scenario_name"], r["replicate"]): max(x["finished_utc"] for x in r["warmups"] + r["runs"])
+                for r in runs}
+    first_round_end = max(t for (_, rep), t in finished.items() if rep == 1)
+    assert first_round_end < min(t for (_, rep), t in started.items() if rep == 2)
+    plan = json.loads((workflow_dir / "results" / "plan.json").read_text())
+    assert [job["replicate"] for job in plan["jobs"]] == ["1", "1", "2", "2"] and plan["replicates"] == 2
+    assert [job["order"] for job in plan["jobs"]] == [0, 1, 2, 3]
+
+    summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
+    assert (summary.replicates == 2).all() and (summary.ci_n == 2).all()
+    assert (summary.reps == 4).all() and (summary.median_s > 0).all() and (summary.iqr_s >= 0).all()
+    assert (summary.model == "ResNet50").all() and "vmm" in summary
+    assert summary.round_means_s.str.count(";").eq(1).all() and summary.launch_rounds.eq("1;2").all()
+    assert summary.model_df.notna().all()  # the study's model gives every row its interval too

@@ -1,0 +1,124 @@
+"""RS data (DLRM), without a model: Criteo TSV parsing with missing fields, sample grouping,
+pre- and post-processing on known inputs, the real dataset's checks (the model:
+tests/integration/test_app_rs_model.py)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import RS_DATASET, RS_SETTINGS, one_thread
+from dlvirt.apps.base import AppError
+from dlvirt.apps.rs import DATA_FILE, Recommendation, line_offsets, lines_per_sample, parse_hex, parse_lines, roc_auc
+
+THREADS = one_thread()
+
+
+def test_a_criteo_line_with_missing_fields_parses_to_the_right_tensors():
+    dense = ["", "5", "-3", "0", "", "1", "", "", "", "", "", "", "99"]
+    sparse = ["68fd1e64", "", "0000000a", "ABCDEF12"] + [""] * 21 + ["1"]
+    line = "\t".join(["1", *dense, *sparse]) + "\n"
+    line += "\t".join(["0"] + [""] * 13 + [""] * 26) + "\n"
+    labels, dense_out, sparse_out = parse_lines(line.encode())
+    assert labels.tolist() == [1, 0] and dense_out.dtype == np.float32 and sparse_out.dtype == np.int64
+    assert dense_out.shape == (2, 13) and sparse_out.shape == (2, 26)
+    # missing → 0, negative → 0, then log(1 + x)
+    expected = [0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 99]
+    assert np.allclose(dense_out[0], np.log1p(expected)) and (dense_out[1] == 0).all()
+    assert sparse_out[0, :4].tolist() == [0x68FD1E64, 0, 10, 0xABCDEF12] and sparse_out[0, 25] == 1
+    assert (sparse_out[0, 4:25] == 0).all() and (sparse_out[1] == 0).all()
+
+
+def test_malformed_lines_are_refused_naming_where():
+    with pytest.raises(AppError, match="train.txt.*40 tab-separated fields"):
+        parse_lines(b"1\t2\t3\n", "train.txt")
+    with pytest.raises(AppError, match="not hexadecimal"):
+        parse_hex(np.array([["12zz"]]))
+    with pytest.raises(AppError, match="more than 8 hex digits"):
+        parse_hex(np.array([["123456789"]]))
+    bad_int = "\t".join(["1", "x"] + [""] * 12 + [""] * 26)
+    with pytest.raises(AppError, match="not an integer"):
+        parse_lines(bad_int.encode())
+
+
+def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_rest():
+    """parse_lines parses well-formed lines over their bytes (array operations, the GIL released)
+    and anything else by Python's string parsing; both give the same arrays."""
+    from dlvirt.apps.rs import parse_bytes, parse_lines_checked, synthetic_lines
+
+    def same(text: bytes) -> None:
+        got, want = parse_lines(text), parse_lines_checked(text)
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+    generated = synthetic_lines(np.random.default_rng(3), 3000)
+    assert parse_bytes(generated) is not None
+    same(generated)
+    same(generated.rstrip(b"\n"))  # a last line without its newline
+    odd = ["007", "-0", "-12", "9" * 18, "0"]
+    line = "\t".join(["1", *odd, *[""] * 8, "0", "00000000", "fFfF", *[""] * 23]) + "\n"
+    assert parse_bytes(line.encode()) is not None
+    same(line.encode())
+    # what Python's int() takes but the byte parser leaves to it: a sign, spaces, 19 digits, CRLF
+    for value in ("+5", " 5", "1" + "0" * 18):
+        other = line.replace("007", value, 1).encode()
+        assert parse_bytes(other) is None
+        same(other)
+    with pytest.raises(AppError, match="not an integer"):  # beyond int64
+        parse_lines(line.replace("007", "9" * 19, 1).encode())
+    assert parse_bytes(line.replace("\n", "\r\n").encode()) is None
+    same(line.replace("\n", "\r\n").encode())
+    for bad in (b"", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode()):
+        assert parse_bytes(bad) is None
+
+
+def test_samples_group_consecutive_lines(tmp_path):
+    sizes = lines_per_sample(RS_DATASET)
+    assert len(sizes) == 6 and sizes.min() >= 3 and sizes.max() <= 9
+    assert (sizes == lines_per_sample(RS_DATASET)).all()
+    with pytest.raises(AppError, match="lines_per_sample: min 9 > max 3"):
+        lines_per_sample({**RS_DATASET, "lines_per_sample": {"min": 9, "max": 3}})
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"a\nbb\nccc\n")
+    assert line_offsets(path, 2).tolist() == [0, 2, 5]
+    assert line_offsets(path, 10).tolist() == [0, 2, 5, 9]
+
+
+def test_roc_auc_on_known_scores():
+    assert roc_auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])) == 0.75
+    assert roc_auc(np.array([0, 1]), np.array([0.5, 0.5])) == 0.5
+    assert roc_auc(np.array([1, 1]), np.array([0.2, 0.3])) is None
+
+
+def test_synthetic_dataset_preprocesses_and_postprocesses_known_ctrs(rs_dataset, tmp_path):
+    info = json.loads((rs_dataset / "dataset.json").read_text())
+    assert info["source"] == "synthetic" and info["lines"] == int(lines_per_sample(RS_DATASET).sum())
+    first = (rs_dataset / DATA_FILE).read_text().splitlines()[0].split("\t")
+    assert len(first) == 40 and first[0] in ("0", "1")
+    app = Recommendation(RS_SETTINGS, rs_dataset, "CPU", THREADS)
+    assert app.sample_count() == 6
+    sample = app.preprocess(1)
+    assert sample.dense.shape == (lines_per_sample(RS_DATASET)[1], 13) and sample.lines == (len(sample.dense),)
+    assert (sample.sparse < np.array(app.table_sizes)).all()  # hashed into each table
+
+    app.begin_repetition(tmp_path)
+    outputs = [(np.array([0.9, 0.2, 0.6]), np.array([1, 0, 0], dtype=np.int8)),
+               (np.array([0.1]), np.array([1], dtype=np.int8))]
+    answers = app.postprocess([0, 1], outputs)
+    quality = app.end_repetition()
+    assert np.frombuffer(answers[0], dtype=np.float32).tolist() == pytest.approx([0.9, 0.2, 0.6])
+    assert quality["accuracy"] == 0.5 and quality["rows_scored"] == 4 and quality["samples_scored"] == 2
+    assert quality["roc_auc"] == 0.5  # positives 0.9, 0.1 vs negatives 0.2, 0.6: 2 of 4 pairs ordered
+    assert (tmp_path / "predictions.tsv").read_text().splitlines()[0] == "0\t2\t0.900000,0.200000,0.600000"
+
+
+def test_real_dataset_path_is_checked(rs_dataset, tmp_path):
+    facts = Recommendation.check_real_dataset(rs_dataset / DATA_FILE, {"dataset": RS_DATASET})
+    assert facts["lines"] == int(lines_per_sample(RS_DATASET).sum()) and facts["count"] == 6
+    # a file holding fewer lines than asked for gives fewer (whole) samples
+    sizes = lines_per_sample(RS_DATASET)
+    short = tmp_path / "short.txt"
+    short.write_text("".join((rs_dataset / DATA_FILE).read_text().splitlines(keepends=True)[: sizes[0] + sizes[1] + 1]))
+    assert Recommendation.check_real_dataset(short, {"dataset": RS_DATASET})["count"] == 2
+    assert Recommendation.check_real_dataset(rs_dataset, {"dataset": RS_DATASET})["file"] == str(rs_dataset / DATA_FILE)
+    with pytest.raises(AppError, match="apps.rs.dataset.path .*no Criteo TSV"):
+        Recommendation.check_real_dataset(tmp_path, {"dataset": RS_DATASET})

@@ -1,0 +1,120 @@
+"""``dlvirt compare``: two results folders built from the fixture run record through the real summary
+code (``aggregate.write_summary``), compared through the CLI."""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from conftest import compare_scenarios, compare_study
+from dlvirt.analysis.aggregate import write_summary
+from dlvirt.analysis.compare import ALIKE, INCONCLUSIVE, REFUSED, SLOWER
+from dlvirt.cli import main
+from dlvirt.core.records import JobResult
+
+
+def verdicts(out: Path) -> dict[str, str]:
+    table = pd.read_csv(out / "compare.csv")
+    return dict(zip(table["scenario"], table["verdict"], strict=True))
+
+
+def test_the_same_study_twice_is_alike_or_inconclusive(tmp_path, capsys):
+    a = compare_study(tmp_path / "a")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    found = verdicts(tmp_path / "out")
+    assert set(found) == {s.name for s in compare_scenarios()}
+    assert set(found.values()) <= {ALIKE, INCONCLUSIVE}, found
+    assert "B/A 1 " in capsys.readouterr().out
+
+
+def test_a_scenario_slowed_by_30_percent_is_slower_and_fails_ci(tmp_path, capsys):
+    a = compare_study(tmp_path / "a")
+    b = compare_study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.3}, seed=1)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
+    found = verdicts(tmp_path / "out")
+    assert found["CN/1/VNL/CPU"] == SLOWER
+    assert found["BM/1/VNL/CPU"] != SLOWER
+    table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
+    cn = table.loc["CN/1/VNL/CPU"]
+    assert cn["low90"] < 1.3 < cn["high90"] and cn["low90"] > 1.05
+    assert table["format"].eq(1).all()
+
+
+def test_a_different_model_is_refused_with_the_reason(tmp_path):
+    a = compare_study(tmp_path / "a")
+    b = compare_study(tmp_path / "b", model={"CN/1/VNL/CPU": "ResNet18"})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
+    assert table.loc["CN/1/VNL/CPU", "verdict"] == REFUSED
+    assert "model: A ResNet50, B ResNet18" in table.loc["CN/1/VNL/CPU", "why"]
+    assert table.loc["BM/1/VNL/CPU", "verdict"] != REFUSED
+
+
+def test_nothing_comparable_is_bad_input_naming_both_folders(tmp_path, capsys):
+    a = compare_study(tmp_path / "a")
+    b = compare_study(tmp_path / "b", model={s.name: "ResNet18" for s in compare_scenarios()})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "no scenario is comparable" in err and str(a) in err and "model: A ResNet50" in err
+
+
+def test_one_launch_is_never_evidence(tmp_path):
+    a = compare_study(tmp_path / "a", launches=1)
+    b = compare_study(tmp_path / "b", launches=1, scale={"CN/1/VNL/CPU": 2.0})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    table = pd.read_csv(tmp_path / "out" / "compare.csv")
+    assert table["verdict"].eq(INCONCLUSIVE).all()
+    assert table["why"].str.contains("a single launch").all()
+
+
+def test_a_folder_without_a_summary_is_named(tmp_path, capsys):
+    a = compare_study(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    assert main(["compare", str(a), str(tmp_path / "b"), "--out", str(tmp_path / "out")]) == 2
+    assert f"{tmp_path / 'b' / 'summary.csv'}: missing" in capsys.readouterr().err
+
+
+def test_the_html_page_is_self_contained_and_lists_differences(tmp_path):
+    a = compare_study(tmp_path / "a")
+    b = compare_study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.3}, seed=1)
+    host = json.loads((b / "host.json").read_text())
+    host["kernel"] = "6.19.0-other"
+    (b / "host.json").write_text(json.dumps(host))
+    main(["compare", str(a), str(b), "--out", str(tmp_path / "out")])
+    html = (tmp_path / "out" / "compare.html").read_text()
+    assert "<svg" in html and "CN/1/VNL/CPU" in html
+    assert "6.19.0-other" in html and "6.18.44-fc-v657" in html
+    # nothing fetched from elsewhere: no external scripts, stylesheets or images
+    assert "<script" not in html and "<link" not in html and "src=\"http" not in html
+
+
+# Added to a copy of the page only: after load, record the figure's drawn size in the DOM.
+
+
+def test_a_deliberately_slowed_scenario_is_marked_in_the_summary_and_named_as_a_difference(tmp_path, capsys):
+    """``slowdown_cpu_quota`` marks the run records (platform.slowed): the summary row says so, and
+    compare lists it first among what could explain the slow-down."""
+    from dlvirt.analysis.compare import Results, differences, load
+
+    a = compare_study(tmp_path / "a")
+    b = compare_study(tmp_path / "b", scale={"CN/1/VNL/CPU": 1.6}, seed=1)
+    slowed = {"cpu_quota_fraction": 0.5, "quota_cores": 0.5, "note": "deliberately slowed"}
+    paths = sorted((b / "runs").rglob("*.json"))
+    for path in paths:
+        record = JobResult.read(path)
+        if record.scenario.platform == "CN":
+            dataclasses.replace(record, platform={**record.platform, "slowed": slowed}).write(path)
+    write_summary(paths, b / "summary.csv")
+    summary = pd.read_csv(b / "summary.csv").set_index("scenario")
+    assert summary.loc["CN/1/VNL/CPU", "slowed"] == "deliberately slowed: CFS quota 0.5 of 1 core(s)"
+    assert pd.isna(summary.loc["BM/1/VNL/CPU", "slowed"])
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
+    assert verdicts(tmp_path / "out")["CN/1/VNL/CPU"] == SLOWER
+    found = {what: (va, vb) for what, va, vb in differences(load(a), load(b))}
+    assert found["deliberately slowed rows"][0] == "none"
+    assert "CN/1/VNL/CPU (deliberately slowed: CFS quota 0.5" in found["deliberately slowed rows"][1]
+    assert isinstance(load(a), Results)

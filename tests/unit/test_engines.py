@@ -1,0 +1,134 @@
+"""dlvirt.system.engines with a real (tiny) daemon: started when none answers, shared through leases,
+stopped by the last holder only, never stopped when dlvirt did not start it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from conftest import free_port, port_open
+from dlvirt.system import engines
+
+pytestmark = pytest.mark.skipif(not os.access(engines.RUN_ROOT.parent, os.W_OK),
+                                reason=f"{engines.RUN_ROOT} is not writable (engines run as root)")
+
+
+@pytest.fixture
+def http_daemon() -> Iterator[engines.Daemon]:
+    port = free_port()
+    daemon = engines.Daemon(
+        name=f"selftest-{os.getpid()}-{port}",
+        command=(sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)),
+        probe=lambda: port_open(port), ready_timeout_s=20, stop_timeout_s=5)
+    yield daemon
+    engines.release(daemon.name, None)
+    shutil.rmtree(daemon.run_dir, ignore_errors=True)
+
+
+def sleeper() -> subprocess.Popen:
+    """A stand-in workflow: a lease follows its process."""
+    return subprocess.Popen(["sleep", "60"])
+
+
+def test_started_once_shared_and_stopped_by_the_last_holder(http_daemon):
+    first, second = sleeper(), sleeper()
+    try:
+        lease = engines.acquire(http_daemon, first.pid)
+        assert lease is not None and lease.started_now and http_daemon.probe()
+        for directory in (engines.RUN_ROOT, http_daemon.run_dir):  # private: root's, 0700 (dlvirt.system.private)
+            info = os.lstat(directory)
+            assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
+        again = engines.acquire(http_daemon, second.pid)
+        assert again is not None and not again.started_now and again.pid == lease.pid
+        assert engines.release(http_daemon.name, first.pid) is None  # the other holder still uses it
+        assert http_daemon.probe()
+        assert "stopped" in (engines.release(http_daemon.name, second.pid) or "")
+        assert not http_daemon.probe() and engines.process_start_time(lease.pid) is None
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_killed_holders_daemon_is_stopped_by_cleanup(http_daemon):
+    holder = sleeper()
+    lease = engines.acquire(http_daemon, holder.pid)
+    assert lease is not None
+    holder.kill()
+    holder.wait()
+    assert any(http_daemon.name in line for line in engines.release_orphans())
+    assert not http_daemon.probe()
+
+
+def test_a_daemon_dlvirt_did_not_start_is_used_but_never_stopped(http_daemon, tmp_path):
+    port = int(http_daemon.command[-1])
+    foreign = subprocess.Popen(list(http_daemon.command), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert engines.acquire(http_daemon, os.getpid()) is None
+        assert engines.release_orphans() == [] and engines.release_recorded(tmp_path, os.getpid()) == []
+        assert foreign.poll() is None and port_open(port)
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_a_daemon_that_never_answers_is_killed_with_its_log_in_the_error(tmp_path):
+    port = free_port()
+    silent = engines.Daemon(name=f"selftest-{os.getpid()}-silent", command=("sleep", "60"),
+                            probe=lambda: port_open(port), ready_timeout_s=1)
+    try:
+        with pytest.raises(engines.EngineError, match="did not answer within 1 s"):
+            engines.acquire(silent, os.getpid())
+        assert not (silent.run_dir / engines.DAEMON_STATE).exists()
+    finally:
+        shutil.rmtree(silent.run_dir, ignore_errors=True)
+
+
+def test_recorded_leases_are_released_at_the_workflow_end(http_daemon, tmp_path):
+    holder = sleeper()
+    try:
+        lease = engines.acquire(http_daemon, holder.pid)
+        assert lease is not None
+        engines.record(tmp_path, lease)
+        lines = engines.release_recorded(tmp_path, holder.pid)
+        assert len(lines) == 1 and "stopped" in lines[0] and not list(tmp_path.glob("*.json"))
+        assert not http_daemon.probe()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+
+def test_vmcn_uses_the_engine_the_cn_section_selects():
+    """VMCN's guest image preloads the CN image from the host's engine: the one platforms.CN.engine
+    names, so dlvirt starts no dockerd of its own for it."""
+    from dlvirt.platforms.vm import VirtualMachine
+    from dlvirt.platforms.vmcn import ContainerInVM
+
+    platforms = {"CN": {"engine": {"host": "unix:///run/elsewhere/docker.sock"}}}
+    assert [d.name for d in ContainerInVM.daemons(platforms)] == [d.name for d in VirtualMachine.daemons(platforms)]
+
+
+def test_a_daemon_log_over_its_cap_keeps_its_tail_and_starts_again(tmp_path):
+    log = tmp_path / "daemon.log"
+    with open(log, "ab") as daemon:  # the daemon's end of its log: it appends
+        daemon.write(b"a" * 900)
+        daemon.flush()
+        assert not engines.cap_log(log, cap=1000, keep=100)
+        daemon.write(b"b" * 197 + b"END")
+        daemon.flush()
+        assert engines.cap_log(log, cap=1000, keep=100)
+        assert (tmp_path / "daemon.log.1").read_bytes() == b"b" * 97 + b"END"
+        assert log.stat().st_size == 0
+        daemon.write(b"on")
+    assert log.read_bytes() == b"on"  # written at the start again, no hole
+    assert os.stat(tmp_path / "daemon.log.1").st_mode & 0o777 == 0o600

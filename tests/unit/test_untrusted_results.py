@@ -1,0 +1,220 @@
+"""What comes back from a platform, an edge host or a results folder is checked before it counts:
+run records (verified, sound times, content that matches the path, one run id per launch), an edge
+host's archive (tarfile's data filter), a guest's out-disk (regular files only, capped) and a
+container's out folder (regular files only, no setuid)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from dlvirt.analysis.aggregate import summarise
+from dlvirt.core.records import JobResult, RecordError, read_run_records, run_record_problems
+from dlvirt.platforms.base import Expected, PlatformError, copy_regular_files, verify
+from dlvirt.platforms.guest import read_job_disk
+from dlvirt.run.remote import extract_untrusted
+from dlvirt.system.observe import privileges
+
+FIXTURE = FIXTURES / "runs" / "mlperf-ic-BM-1-VNL-CPU.json"
+LAYOUT = "runs/mlperf/ic/BM/1/VNL/CPU/1.json"
+
+
+def record(tmp_path: Path, change=None, where: str = LAYOUT) -> Path:
+    """The fixture's run record, changed by ``change(document)``, written at ``tmp_path/where``."""
+    document = json.loads(FIXTURE.read_text())
+    if change is not None:
+        change(document)
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))  # json writes NaN as NaN, as a careless writer would
+    return path
+
+
+def test_a_sound_record_in_its_place_counts(tmp_path):
+    path = record(tmp_path)
+    assert run_record_problems(JobResult.read(path), path) == []
+    assert summarise([path]).iloc[0]["replicates"] == 1
+
+
+def _set(*keys, value):
+    def change(document):
+        node = document
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_set("verified", value=False), "it is not verified"),
+    (_set("runs", 1, "e2e_s", value=math.nan), r"runs\[1\]\.e2e_s is nan, not a positive finite time"),
+    (_set("runs", 0, "e2e_s", value=math.inf), r"runs\[0\]\.e2e_s is inf"),
+    (_set("runs", 0, "e2e_s", value=0), r"runs\[0\]\.e2e_s is 0, not a positive"),
+    (_set("runs", 1, "e2e_s", value=-1.0), r"runs\[1\]\.e2e_s is -1\.0"),
+    (_set("runs", 0, "phases", "pre_s", value=-0.5), r"runs\[0\]\.phases\.pre_s is -0\.5, not a non-negative"),
+    (_set("model_load_s", value=math.nan), "model_load_s is nan"),
+    (_set("app", value="nlp"), "app is 'nlp' but its path says 'ic'"),
+    (_set("scenario", "cores", value=2), "cores is '2' but its path says '1'"),
+    (_set("replicate", value=2), "replicate is '2' but its path says '1'"),
+    (_set("dataset", value={}), "dataset lacks 'source'"),
+    (_set("runs", 0, "threads", value={"intra_op": 1}), r"runs\[0\]\.threads lacks 'policy'"),
+    (_set("runs", 0, "started_utc", value="yesterday"), r"runs\[0\]\.started_utc 'yesterday' is not an ISO time"),
+])
+def test_a_record_that_must_not_count_is_refused_naming_the_file(tmp_path, change, message):
+    path = record(tmp_path, change)
+    with pytest.raises(RecordError, match=rf"^{path}: refused as a run record: .*{message}"):
+        summarise([path])
+
+
+def test_one_launch_counted_twice_is_refused(tmp_path):
+    first = record(tmp_path)
+    def round_two(document):
+        document["replicate"] = document["spec"]["replicate"] = 2
+
+    second = record(tmp_path, round_two, "runs/mlperf/ic/BM/1/VNL/CPU/2.json")
+    with pytest.raises(RecordError, match=rf"^{second}: .*run_id '9440-74dd47e2' is also {first}'s"):
+        read_run_records([first, second])
+
+
+def test_an_edge_record_must_be_in_its_sites_folder(tmp_path):
+    path = record(tmp_path, _set("site", value="rpi4"), f"sites/rpi5/{LAYOUT}")
+    with pytest.raises(RecordError, match="site is 'rpi4' but its path says 'rpi5'"):
+        read_run_records([path])
+    path = record(tmp_path, _set("site", value="rpi4"), f"sites/rpi4/{LAYOUT}")
+    assert read_run_records([path])[0].site == "rpi4"
+
+
+def test_a_broken_document_is_an_error_naming_the_file_not_a_traceback(tmp_path):
+    path = tmp_path / LAYOUT
+    path.parent.mkdir(parents=True)
+    path.write_text('{"tool": "mlperf",')
+    proc = subprocess.run([sys.executable, "-m", "dlvirt", "aggregate", "--output", str(tmp_path / "s.csv"), str(path)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{path}: not a JSON document" in proc.stderr
+    nan = record(tmp_path, _set("runs", 0, "e2e_s", value=math.nan))
+    proc = subprocess.run([sys.executable, "-m", "dlvirt", "aggregate", "--output", str(tmp_path / "s.csv"), str(nan)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "e2e_s is nan" in proc.stderr
+    assert not (tmp_path / "s.csv").exists()
+
+
+# -- an edge host's archive --------------------------------------------------------------------------
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for info, data in members:
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data) if data else None)
+    buffer.seek(0)
+    return buffer
+
+
+def _member(name: str, mode: int = 0o644, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.mode, info.type, info.linkname, info.uid, info.gid = mode, kind, link, 1234, 1234
+    return info
+
+
+def test_an_archive_from_an_edge_host_plants_nothing(tmp_path):
+    dest = tmp_path / "fetched"
+    dest.mkdir()
+    extract_untrusted(_tar([(_member("./run.json"), b"{}"), (_member("./tool", 0o4755), b"#!/bin/sh\n")]), dest)
+    tool = (dest / "tool").stat()
+    assert not tool.st_mode & (stat.S_ISUID | stat.S_ISGID) and tool.st_uid == os.getuid()  # no setuid, no owner
+    # an absolute name lands inside (the filter strips the "/"); every other escape is refused
+    extract_untrusted(_tar([(_member("/tmp/absolute-escape"), b"x")]), dest)
+    assert (dest / "tmp/absolute-escape").is_file() and not Path("/tmp/absolute-escape").exists()
+    for evil in (_member("../escaped"), _member("./link", kind=tarfile.SYMTYPE, link="/etc/passwd"),
+                 _member("./dev", kind=tarfile.CHRTYPE)):
+        with pytest.raises(tarfile.FilterError):
+            extract_untrusted(_tar([(evil, b"" if evil.type != tarfile.REGTYPE else b"x")]), dest)
+    assert not (tmp_path / "escaped").exists()
+    assert not (dest / "link").exists() and not (dest / "dev").exists()
+
+
+# -- a guest's out-disk -----------------------------------------------------------------------------
+
+def _job_disk(tmp_path: Path, fill) -> Path:
+    staging = tmp_path / "staging"
+    (staging / "out" / "rep-0001").mkdir(parents=True)
+    (staging / "exitcode").write_text("0\n")
+    fill(staging / "out")
+    disk = tmp_path / "job.img"
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(staging), str(disk), "16M"], check=True)
+    return disk
+
+
+@pytest.mark.skipif(shutil.which("debugfs", path="/usr/sbin:/sbin:/usr/bin") is None, reason="needs debugfs")
+def test_the_guests_out_disk_yields_regular_files_only_and_is_capped(tmp_path):
+    def fill(out: Path) -> None:
+        (out / "harness.json").write_text("{}")
+        (out / "rep-0001" / "log.txt").write_text("x" * 1000)
+        (out / "setuid").write_text("#!/bin/sh\n")
+        (out / "setuid").chmod(0o4755)
+        (out / "passwd").symlink_to("/etc/passwd")
+        os.mkfifo(out / "fifo")
+
+    disk = _job_disk(tmp_path, fill)
+    dest = tmp_path / "read"
+    assert read_job_disk(disk, dest) == 0
+    out = dest / "out"
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["harness.json", "rep-0001", "rep-0001/log.txt",
+                                                                       "setuid"]
+    assert not (out / "setuid").stat().st_mode & stat.S_ISUID
+    with pytest.raises(PlatformError, match="more than dlvirt reads back"):
+        read_job_disk(disk, tmp_path / "small", max_bytes=500)
+    with pytest.raises(PlatformError, match="more than dlvirt reads back"):
+        read_job_disk(disk, tmp_path / "few", max_files=2)
+    named = _job_disk(tmp_path / "named", lambda out: (out / 'a"b').write_text("x"))
+    with pytest.raises(PlatformError, match="holds a file named 'a\"b'"):
+        read_job_disk(named, tmp_path / "named-read")
+
+
+# -- a container's out folder -----------------------------------------------------------------------
+
+def test_only_regular_files_leave_a_containers_out_folder(tmp_path):
+    src = tmp_path / "container-out"
+    (src / "rep-0001").mkdir(parents=True)
+    (src / "harness.json").write_text("{}")
+    (src / "rep-0001" / "summary.txt").write_text("VALID")
+    (src / "setuid").write_text("x")
+    (src / "setuid").chmod(0o4755)
+    (src / "shadow").symlink_to("/etc/shadow")
+    (src / "up").symlink_to(tmp_path)
+    os.mkfifo(src / "fifo")
+    dest = tmp_path / "out"
+    copy_regular_files(src, dest)
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == ["harness.json", "rep-0001",
+                                                                         "rep-0001/summary.txt", "setuid"]
+    assert not (dest / "setuid").stat().st_mode & stat.S_ISUID and not (dest / "shadow").is_symlink()
+
+
+def test_privileges_are_read_from_proc_and_checked(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nUid:\t65534\t65534\t65534\t65534\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+                      "Seccomp:\t2\n")
+    seen = privileges(status)
+    assert seen == {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1, "seccomp": 2}
+    mine = privileges()
+    assert mine["uid"] == os.getuid() and mine["euid"] == os.geteuid()
+    observed = json.loads(FIXTURE.read_text())["runs"][0]["observed"]
+    asked = Expected(check_quota=False, privileges=seen)
+    assert verify(asked, {**observed, "privileges": seen}) == []
+    root = {**seen, "uid": 0, "cap_eff": "000001fffeffffff"}
+    assert verify(asked, {**observed, "privileges": root}) == [
+        "uid 0 inside != the 65534 asked (least privilege)",
+        "cap_eff '000001fffeffffff' inside != the '0000000000000000' asked (least privilege)"]
+    assert verify(asked, observed) != []  # a record without the facts is not taken on trust
