@@ -21,9 +21,9 @@ APT_STUDY=(
 )
 # ... and what only the tests start:
 APT_TEST=(
-  slurm-wlm munge                      # tests/test_slurm.py runs a one-node cluster
-  openssh-server                       # tests/test_edge.py runs a loopback sshd
-  chromium                             # tests/test_report.py opens results/report.html headless
+  slurm-wlm munge                      # tests/integration/test_slurm.py runs a one-node cluster
+  openssh-server                       # tests/integration/test_edge.py runs a loopback sshd
+  chromium                             # tests/integration/test_report_rendered.py opens the report headless
 )
 
 SUDO=""

@@ -105,7 +105,7 @@ def write_config(path: Path, data: dict) -> Path:
     return path
 
 
-# smoke.yaml's guest scenarios take minutes each under TCG: tests/test_platform_guests.py runs them
+# smoke.yaml's guest scenarios take minutes each under TCG: tests/integration/test_platform_guests.py runs them
 # within its own budget, so the other tests' smoke studies leave them out.
 GUEST_PLATFORMS = ("VM", "MVM", "VMCN")
 

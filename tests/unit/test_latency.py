@@ -1,6 +1,6 @@
 """LoadGen's SingleStream and Server scenarios (study.scenarios): run tools, the streaming pipeline
 under real LoadGen with a stand-in app (no framework, sleeps as inference), what a repetition keeps,
-and how the summary counts latency repetitions. Real apps: tests/test_workflow.py."""
+and how the summary counts latency repetitions. Real apps: tests/integration/test_workflow.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a repetition measures besides E2E, and how the summary uses it: thread plans, stage clocks,
 derived LoadGen settings, CFS counters, verification of what a platform gave, INVALID runs and
-code versions in the summary. Real runs: tests/test_platform_bm.py and test_platform_cn.py."""
+code versions in the summary. Real runs: tests/integration/test_platform_bm.py and test_platform_cn.py."""
 
 from __future__ import annotations
 

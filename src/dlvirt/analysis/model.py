@@ -189,7 +189,7 @@ class Model:
         # estimable: the vector lies in the row space of the design
         if not np.allclose(vector @ self.row_space, vector, atol=1e-8):
             return NO_CONTRAST
-        # what statsmodels' fit.t_test(vector) computes (tests/test_model.py checks), without its overhead
+        # what statsmodels' fit.t_test(vector) computes (tests/unit/test_model.py checks), without its overhead
         return Contrast(float(vector @ self.params), math.sqrt(max(float(vector @ self.cov @ vector), 0.0)),
                         float(self.fit.df_resid))
 
