@@ -123,6 +123,7 @@ def test_inputs_that_stay_on_this_host_are_refused_naming_the_key(sshd: Sshd, tm
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow
 def test_a_job_stopped_here_stops_there_and_leaves_nothing(sshd: Sshd, ic_dataset: Path, tmp_path: Path) -> None:
     jobs = sshd.remote_workdir / "jobs"
     cmd = [sys.executable, "-m", "dlvirt", "site-bench", "--site", "edge", "--ssh", json.dumps(sshd.settings),

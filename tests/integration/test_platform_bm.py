@@ -18,6 +18,7 @@ from dlvirt.run.cleanup import dlvirt_cgroups
 from dlvirt.run.runner import run_job
 from dlvirt.system import cgroups
 
+pytestmark = pytest.mark.slow  # every test runs real IC jobs (ResNet50)
 CPUS = sorted(os.sched_getaffinity(0))
 
 
@@ -226,7 +227,6 @@ CPU_TOLERANCE = 0.05
 RUNNABLE_OVER_SHARE = 0.15
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["mlperf", "dlbs"])
 def test_phase_cpu_fits_the_timed_window_and_a_model_only_run_uses_every_core(ic_dataset, tmp_path, tool):
     """BM/1/PIN and BM/N/PIN, N = 2 where there are 2 cores, 16 images in batches of 8: in every

@@ -56,7 +56,7 @@ def _missing() -> str | None:
 
 
 MISSING = _missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"guest tests: {MISSING}")
+pytestmark = [pytest.mark.skipif(MISSING is not None, reason=f"guest tests: {MISSING}"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="session")
