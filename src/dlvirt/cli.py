@@ -327,7 +327,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         ratio = "" if row.ratio != row.ratio else f" B/A {row.ratio:.3g}"
         interval = "" if row.low90 != row.low90 else f" [90 % CI {row.low90:.3g}, {row.high90:.3g}]"
         why = f" ({row.why})" if row.why else ""
-        print(f"{row.tool} {row.app} {row.scenario}: {row.verdict}{ratio}{interval}{why}")
+        on = " (p99 latency)" if row.measure != "E2E" else ""
+        print(f"{row.tool} {row.app} {row.scenario}{on}: {row.verdict}{ratio}{interval}{why}")
     print(f"written: {Path(args.out) / 'compare.csv'}, {Path(args.out) / 'compare.html'}")
     return EXIT_SLOWER if (table["verdict"] == SLOWER).any() else 0
 

@@ -41,7 +41,7 @@ def test_a_scenario_slowed_by_30_percent_is_slower_and_fails_ci(tmp_path, capsys
     table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
     cn = table.loc["CN/1/VNL/CPU"]
     assert cn["low90"] < 1.3 < cn["high90"] and cn["low90"] > 1.05
-    assert table["format"].eq(1).all()
+    assert table["format"].eq(2).all()
 
 
 def test_a_different_model_is_refused_with_the_reason(tmp_path):
@@ -118,3 +118,41 @@ def test_a_deliberately_slowed_scenario_is_marked_in_the_summary_and_named_as_a_
     assert found["deliberately slowed rows"][0] == "none"
     assert "CN/1/VNL/CPU (deliberately slowed: CFS quota 0.5" in found["deliberately slowed rows"][1]
     assert isinstance(load(a), Results)
+
+
+def test_latency_rows_are_compared_on_p99_and_early_stopping_alone_sets_none_aside(tmp_path):
+    """A SingleStream row is compared on its launches' p99 latency (not E2E), and LoadGen's INVALID
+    for early stopping alone does not make it weak."""
+    from dlvirt.analysis.compare import P99
+
+    def latency_study(folder: Path, p99_scale: float, seed: int) -> Path:
+        rng = np.random.default_rng(seed)
+        paths = []
+        for replicate, s in ((r, s) for r in range(1, LAUNCHES + 1) for s in SCENARIOS):
+            runs = []
+            scale = p99_scale if s.platform == "CN" else 1.0
+            for i in range(REPS):
+                p50 = 10e6 * (1 + 0.01 * rng.standard_normal())
+                loadgen = {**TEMPLATE.runs[0].loadgen, "scenario": "SingleStream", "validity": "INVALID",
+                           "min_queries_met": True, "min_duration_met": True, "early_stopping_met": False,
+                           "latency_ns": {"p50": p50, "p90": 2 * p50, "p95": 2 * p50, "p99": 3 * p50 * scale,
+                                          "p99.9": 4 * p50 * scale}}
+                runs.append(dataclasses.replace(TEMPLATE.runs[0], repetition=i, e2e_s=0.75, loadgen=loadgen))
+            record = dataclasses.replace(TEMPLATE, tool="mlperf-SingleStream", scenario=s, scenario_name=s.name,
+                                         replicate=replicate, runs=runs, run_id=f"ss-{s.platform}-{replicate}-{seed}",
+                                         platform={**TEMPLATE.platform, "platform": s.platform})
+            path = folder / "runs" / "mlperf-SingleStream" / "ic" / s.platform / str(s.cores) / s.pinning / \
+                s.processor / f"{replicate}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            record.write(path)
+            paths.append(path)
+        write_summary(paths, folder / "summary.csv")
+        shutil.copy(FIXTURES / "host_full.json", folder / "host.json")
+        return folder
+
+    a, b = latency_study(tmp_path / "a", 1.0, 0), latency_study(tmp_path / "b", 1.5, 1)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
+    table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario").loc["CN/1/VNL/CPU"]
+    assert table["tool"] == "mlperf-SingleStream" and table["measure"] == P99 and table["format"] == 2
+    assert table["verdict"] == SLOWER and table["ratio"] == pytest.approx(1.5, rel=0.05)  # E2E did not change
+    assert table["mean_b_s"] == pytest.approx(0.045, rel=0.05)  # the mean p99, in seconds

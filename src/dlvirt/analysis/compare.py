@@ -21,6 +21,11 @@ for each family of tests (``claims.verdicts.holm``), each test one-sided at ``AL
 - *inconclusive*: none of these, with the smallest effect the comparison could have detected, or
   why it could not test at all (a scenario of one launch in either study is never evidence).
 
+Latency rows (run tools mlperf-SingleStream, mlperf-Server; ``study.scenarios``) are compared on
+their launches' p99 latency (``round_p99_s``), not on E2E (a Server repetition's E2E is its arrival
+schedule's length); LoadGen's early stopping not met is no reason to set them aside (it rarely is
+with a study's query counts), any other INVALID is. The ``measure`` column says which.
+
 The exit status is ``EXIT_SLOWER`` when some scenario is slower, for CI.
 """
 
@@ -39,12 +44,12 @@ import pandas as pd
 
 from dlvirt.analysis.claims.study import MIN_LAUNCHES, ONE_LAUNCH, launch_count
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN, holm
-from dlvirt.analysis.model import NO_CONTRAST, Contrast, Model, combine, group_keys, launches
+from dlvirt.analysis.model import LAUNCH_MEANS, NO_CONTRAST, Contrast, Model, combine, group_keys, launches
 from dlvirt.analysis.rows import emulated, load_summary, with_site
 from dlvirt.core.atomic import read_json, write_text_atomic
 from dlvirt.core.records import JobResult, RecordError
 
-FORMAT = 1  # the compare CSV's format version (its ``format`` column)
+FORMAT = 2  # the compare CSV's format version (its ``format`` column); 2 added ``measure``
 SLOWER, FASTER, ALIKE, INCONCLUSIVE, REFUSED = "slower", "faster", "alike", "inconclusive", "not comparable"
 EXIT_SLOWER = 1
 MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in both studies
@@ -52,7 +57,9 @@ MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in
 WORKLOAD = {"tool": "tool", "dataset_source": "dataset source", "samples": "dataset size (samples per run)",
             "model": "model", "reference_model": "model size (reference or stand-in)", "weights": "weights kind"}
 COLUMNS = ["format", *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_slower", "p_faster", "p_alike",
-           "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why"]
+           "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why", "measure"]
+# what a row's launches are compared on: E2E (launch means), or a latency row's p99 per launch
+E2E, P99 = "E2E", "p99 latency"
 TEMPLATE = Path(__file__).parent / "templates" / "compare.html.j2"
 
 
@@ -99,10 +106,22 @@ def load(folder: Path) -> Results:
     return Results(folder, frame.reset_index(drop=True), host, records)
 
 
+def measure(row: pd.Series) -> str:
+    """What a row is compared on: a latency row (it has per-launch p99s) on p99, the others on E2E."""
+    p99 = row.get("round_p99_s")
+    return P99 if isinstance(p99, str) and p99.strip() else E2E
+
+
 def _models(frame: pd.DataFrame) -> tuple[pd.Series, dict[str, Model]]:
-    """Each row's pooling group and one model per group (the study's own model)."""
+    """Each row's pooling group and one model per group (the study's own model); latency rows' groups
+    (their run tool is in the group key) model the launches' p99."""
     keys = group_keys(frame)
-    return keys, {str(k): Model(launches(frame[keys == k])) for k in keys.unique()}
+    models = {}
+    for k in keys.unique():
+        rows = frame[keys == k]
+        column = "round_p99_s" if any(measure(r) == P99 for _, r in rows.iterrows()) else LAUNCH_MEANS
+        models[str(k)] = Model(launches(rows, column))
+    return keys, models
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -125,7 +144,9 @@ def _weak(row: pd.Series, count: int, study: str) -> str:
         return f"{study}: no launch means recorded"
     if count < MIN_LAUNCHES:
         return f"{study}: {ONE_LAUNCH}"
-    if str(row.get("loadgen_valid")).lower() in ("false", "0"):
+    # a latency row INVALID for early stopping alone is evidence here (its launches are the unit)
+    early_only = measure(row) == P99 and str(row.get("early_stopping_met")).lower() in ("false", "0")
+    if str(row.get("loadgen_valid")).lower() in ("false", "0") and not early_only:
         return f"{study}: LoadGen INVALID"
     return ""
 
@@ -170,6 +191,13 @@ def pairs(a: Results, b: Results) -> list[Pair]:
     return out
 
 
+def _level(row: pd.Series | None) -> float:
+    """The row's mean E2E, or a latency row's mean p99 (s)."""
+    if row is None:
+        return math.nan
+    return float(row["p99_s"]) if measure(row) == P99 else float(row["mean_s"])
+
+
 def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
     """One row per scenario of either study: its verdict, B/A ratio and 90 % interval, p-values."""
     found = pairs(a, b)
@@ -205,8 +233,8 @@ def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFr
                      "p_slower": s, "p_faster": f, "p_alike": e,
                      "launches_a": int(count_a[p.a]) if p.a is not None else 0,
                      "launches_b": int(count_b[p.b]) if p.b is not None else 0,
-                     "mean_a_s": ra["mean_s"] if ra is not None else math.nan,
-                     "mean_b_s": rb["mean_s"] if rb is not None else math.nan, "why": why})
+                     "mean_a_s": _level(ra), "mean_b_s": _level(rb), "why": why,
+                     "measure": measure(ra if ra is not None else rb)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
