@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from conftest import compare_scenarios, compare_study
 from dlvirt.analysis.aggregate import write_summary
@@ -123,24 +124,30 @@ def test_a_deliberately_slowed_scenario_is_marked_in_the_summary_and_named_as_a_
 def test_latency_rows_are_compared_on_p99_and_early_stopping_alone_sets_none_aside(tmp_path):
     """A SingleStream row is compared on its launches' p99 latency (not E2E), and LoadGen's INVALID
     for early stopping alone does not make it weak."""
+    import numpy as np
+
+    from conftest import COMPARE_LAUNCHES, COMPARE_REPS, FIXTURES
     from dlvirt.analysis.compare import P99
+
+    template = JobResult.read(FIXTURES / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
+    scenarios = compare_scenarios()
 
     def latency_study(folder: Path, p99_scale: float, seed: int) -> Path:
         rng = np.random.default_rng(seed)
         paths = []
-        for replicate, s in ((r, s) for r in range(1, LAUNCHES + 1) for s in SCENARIOS):
+        for replicate, s in ((r, s) for r in range(1, COMPARE_LAUNCHES + 1) for s in scenarios):
             runs = []
             scale = p99_scale if s.platform == "CN" else 1.0
-            for i in range(REPS):
+            for i in range(COMPARE_REPS):
                 p50 = 10e6 * (1 + 0.01 * rng.standard_normal())
-                loadgen = {**TEMPLATE.runs[0].loadgen, "scenario": "SingleStream", "validity": "INVALID",
+                loadgen = {**template.runs[0].loadgen, "scenario": "SingleStream", "validity": "INVALID",
                            "min_queries_met": True, "min_duration_met": True, "early_stopping_met": False,
                            "latency_ns": {"p50": p50, "p90": 2 * p50, "p95": 2 * p50, "p99": 3 * p50 * scale,
                                           "p99.9": 4 * p50 * scale}}
-                runs.append(dataclasses.replace(TEMPLATE.runs[0], repetition=i, e2e_s=0.75, loadgen=loadgen))
-            record = dataclasses.replace(TEMPLATE, tool="mlperf-SingleStream", scenario=s, scenario_name=s.name,
+                runs.append(dataclasses.replace(template.runs[0], repetition=i, e2e_s=0.75, loadgen=loadgen))
+            record = dataclasses.replace(template, tool="mlperf-SingleStream", scenario=s, scenario_name=s.name,
                                          replicate=replicate, runs=runs, run_id=f"ss-{s.platform}-{replicate}-{seed}",
-                                         platform={**TEMPLATE.platform, "platform": s.platform})
+                                         platform={**template.platform, "platform": s.platform})
             path = folder / "runs" / "mlperf-SingleStream" / "ic" / s.platform / str(s.cores) / s.pinning / \
                 s.processor / f"{replicate}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
