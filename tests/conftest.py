@@ -478,3 +478,30 @@ def sr_dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("sr-dataset")
     SpeechRecognition.prepare_dataset(out, {"dataset": {"path": None, "count": 2, "seconds": 2.0, "seed": 3}})
     return out
+
+
+# -- the noop app (dlvirt.apps.noop), the null app of the plumbing tests ------------------------
+
+NOOP_SETTINGS = {"batch_size": 8, "seed": 0, "dataset": {"path": None, "count": 32, "features": 16, "seed": 0},
+                 "weights": {"path": None, "sha256": None},
+                 "loadgen": {"min_query_count": 32, "min_duration_ms": 0, "expected_qps": None,
+                             "performance_sample_count": None}}
+
+
+def noop_job_spec(dataset: Path, weights: Path | None, cores: int = 1, pinning: str = "PIN", **extra: Any) -> dict:
+    """A BM launch of the noop app as the workflow's benchmark rule writes it (a JSON object)."""
+    return {"tool": "mlperf", "app": "noop", "replicate": 1, "repetitions": 3, "warmup_repetitions": 1,
+            "threads": "granted", "timeout_s": 300, "batch_size": NOOP_SETTINGS["batch_size"],
+            "loadgen": NOOP_SETTINGS["loadgen"], "app_settings": NOOP_SETTINGS, "dataset_dir": str(dataset),
+            "weights_file": None if weights is None else str(weights), "platform_settings": {"placement": "compact"},
+            "allow_emulation": False,
+            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra}
+
+
+@pytest.fixture(scope="module")
+def noop_dataset(tmp_path_factory) -> Path:
+    from dlvirt.apps.noop import NoopApp
+
+    out = tmp_path_factory.mktemp("noop-dataset")
+    NoopApp.prepare_dataset(out, NOOP_SETTINGS)
+    return out

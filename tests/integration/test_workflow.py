@@ -160,3 +160,20 @@ def test_replicates_run_in_interleaved_rounds(workflow_dir):
     assert (summary.model == "ResNet50").all() and "vmm" in summary
     assert summary.round_means_s.str.count(";").eq(1).all() and summary.launch_rounds.eq("1;2").all()
     assert summary.model_df.notna().all()  # the study's model gives every row its interval too
+
+
+def test_a_noop_study_through_the_workflow_builds_its_rows_tables_and_weights(workflow_dir):
+    """The plumbing through Snakemake with the noop app (no framework, no engine): rules dataset,
+    weights, benchmark (two rounds on BM), summarise_app, summary, study_plan and tables."""
+    config = smoke_config()
+    config["study"].update(apps=["noop"], tools=["mlperf"], replicates=2, matrix=[
+        {"platforms": ["BM"], "cores": [1], "pinning": ["PIN"], "processors": ["CPU"]}])
+    config["apps"] = {"noop": {"dataset": {"count": 32, "features": 16}, "loadgen": {"min_query_count": 32}}}
+    path = write_config(workflow_dir / "noop.yaml", config)
+    snakemake(workflow_dir, "results/summary.csv", "results/tables/table1.csv", "--configfile", str(path))
+    summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
+    assert list(summary.app) == ["noop"] and summary.loc[0, "replicates"] == 2 and summary.loc[0, "loadgen_valid"]
+    weights = sorted((workflow_dir / "resources" / "weights" / "noop").rglob("model.npz"))
+    assert len(weights) == 1 and weights[0].with_name("model.npz.sha256").is_file()
+    table1 = pd.read_csv(workflow_dir / "results" / "tables" / "table1.csv").set_index("app")
+    assert table1.loc["NOOP", "jobs"] == 2 and "IC" in table1.index  # the paper's apps keep their rows

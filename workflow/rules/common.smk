@@ -143,7 +143,7 @@ FIGURE_TITLES = {spec.id: spec.title for spec in FIGURE_SPECS}
 wildcard_constraints:
     tool="|".join(sorted(RUN_TOOLS, key=len, reverse=True)),
     app="|".join(APP_KINDS),
-    weights_name=r"model\.pt|model\.weights\.h5",
+    weights_name=r"model\.pt|model\.weights\.h5|model\.npz",
     tag=r"[^/]+",
     platform="|".join(PLATFORM_KINDS),
     cores=r"\d+",

@@ -43,6 +43,8 @@ def app_table(records: list[dict[str, Any]], plan: PlanDocument) -> pd.DataFrame
     for kind in plan.kinds.apps:
         app = kind["name"]
         mine = [r for r in records if r["app"] == app]
+        if not mine and kind.get("check"):
+            continue  # a plumbing check (the noop app): a row only where a study ran it
         if not mine:
             rows.append({"app": app.upper(), "application": kind["title"], "model": kind["model"],
                          "framework": kind["framework"], "dataset": kind["dataset"], "dataset_source": "-",

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dlvirt.apps.base import App
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.apps.nlp import QuestionAnswering
+from dlvirt.apps.noop import NoopApp
 from dlvirt.apps.rs import Recommendation
 from dlvirt.apps.sr import SpeechRecognition
 from dlvirt.core.kinds import AppKind, look_up, registry
 
-_IMPLEMENTED: list[type[App]] = [ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation]
+_IMPLEMENTED: list[type[App]] = [ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation,
+                                 NoopApp]
 CLASSES: dict[str, type[App]] = registry(_IMPLEMENTED)
 KINDS: dict[str, AppKind] = {name: cls.kind for name, cls in CLASSES.items()}
 

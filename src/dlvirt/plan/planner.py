@@ -186,7 +186,7 @@ def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
     gaps += [(f"tool {tool} {EVERY_SCENARIO}", "not in study.scenarios of this config")
              for tool in tools if split_tool(tool)[0] in study["tools"] and tool not in ran]
     gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
-             for app in apps if app not in study["apps"]]
+             for app in apps if app not in study["apps"] and not (app in APP_KINDS and APP_KINDS[app].check)]
     processors = {processor for block in study["matrix"] for processor in block["processors"]}
     gaps += [(f"processor {processor} {EVERY_SCENARIO}", "not in study.matrix of this config")
              for processor in PROCESSORS if processor not in processors]
