@@ -54,9 +54,11 @@ _SSH_KEYS = ("ssh", "workdir", "python")
 
 def _exit_code(err: Exception) -> int | None:
     """The exit status of a known error, None for an unexpected one (which keeps its traceback)."""
+    from dlvirt.analysis.columns import SummaryError
     from dlvirt.analysis.compare import CompareError
     from dlvirt.apps.base import AppError
     from dlvirt.core.errors import ConfigError
+    from dlvirt.core.formats import FormatError
     from dlvirt.core.records import RecordError
     from dlvirt.platforms.base import PlatformError
     from dlvirt.platforms.guestimage import ImageError
@@ -65,8 +67,8 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.system.cgroups import CgroupError
     from dlvirt.system.engines import EngineError
 
-    if isinstance(err, (UsageError, ConfigError, RecordError, CompareError, FileNotFoundError, IsADirectoryError,
-                        NotADirectoryError)):
+    if isinstance(err, (UsageError, ConfigError, RecordError, CompareError, FormatError, SummaryError,
+                        FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return EXIT_INPUT
     if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
         return EXIT_RUN

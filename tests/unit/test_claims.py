@@ -9,6 +9,7 @@ import pytest
 
 from conftest import FIXTURES
 from dlvirt.analysis.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate, write_claims
+from dlvirt.analysis.columns import read_table
 from dlvirt.plan.leftout import Gap, reasons
 from dlvirt.plan.planner import expand, study_gaps
 from dlvirt.system.hostinfo import Capabilities
@@ -310,7 +311,8 @@ def test_write_claims_from_fixture_summary(tmp_path):
     plan.write_text(json.dumps({"left_out": []}))
     out = tmp_path / "claims.csv"
     write_claims(FIXTURES / "summaries" / "full.csv", FIXTURES / "host_full.json", plan, out)
-    table = pd.read_csv(out).set_index("id")
+    assert pd.read_csv(out)["format_version"].eq(1).all()
+    table = read_table(out, "claims").set_index("id")
     assert list(table.columns) == ["claim", "source", "verdict", "evidence", "test", "figures"]
     # the fixture was designed so: pinning, CN/CHR, GPU and CHR = 1 hold; MVM is 10-20 % off VM at 4
     # cores; its 4-core host has no scale-up step from 8 cores on

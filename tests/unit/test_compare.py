@@ -42,7 +42,7 @@ def test_a_scenario_slowed_by_30_percent_is_slower_and_fails_ci(tmp_path, capsys
     table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
     cn = table.loc["CN/1/VNL/CPU"]
     assert cn["low90"] < 1.3 < cn["high90"] and cn["low90"] > 1.05
-    assert table["format"].eq(2).all()
+    assert table["format_version"].eq(3).all()
 
 
 def test_a_different_model_is_refused_with_the_reason(tmp_path):
@@ -160,6 +160,6 @@ def test_latency_rows_are_compared_on_p99_and_early_stopping_alone_sets_none_asi
     a, b = latency_study(tmp_path / "a", 1.0, 0), latency_study(tmp_path / "b", 1.5, 1)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
     table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario").loc["CN/1/VNL/CPU"]
-    assert table["tool"] == "mlperf-SingleStream" and table["measure"] == P99 and table["format"] == 2
+    assert table["tool"] == "mlperf-SingleStream" and table["measure"] == P99 and table["format_version"] == 3
     assert table["verdict"] == SLOWER and table["ratio"] == pytest.approx(1.5, rel=0.05)  # E2E did not change
     assert table["mean_b_s"] == pytest.approx(0.045, rel=0.05)  # the mean p99, in seconds

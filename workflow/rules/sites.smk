@@ -1,6 +1,6 @@
 # Helpers of the edge-host rules (edge.smk): the sites, their paths, their plans and job specs.
 # A site's matrix is planned against its facts as measured there (checkpoint site_host_facts).
-from dlvirt.core.atomic import read_json  # noqa: E402
+from dlvirt.core.formats import read_document  # noqa: E402
 from dlvirt.system.hostinfo import load_capabilities  # noqa: E402
 from dlvirt.plan.planner import Job  # noqa: E402
 from dlvirt.core.scenario import Scenario  # noqa: E402
@@ -19,7 +19,7 @@ def site_plan(site):
     if site not in _SITE_PLANS:
         caps = None
         if config["host_check"]:
-            facts = read_json(checkpoints.site_host_facts.get(site=site).output[0])
+            facts = read_document(checkpoints.site_host_facts.get(site=site).output[0], "host facts")
             caps = load_capabilities(facts["capabilities"])
         try:
             plan = expand_plan(config, caps, site=site)

@@ -26,7 +26,7 @@ import pandas as pd
 from dlvirt.analysis.columns import COLUMNS, KEY_COLUMNS, read_summary
 from dlvirt.analysis.model import model_columns
 from dlvirt.analysis.stats import Estimate, estimate, trend
-from dlvirt.core import codeversion, variance
+from dlvirt.core import codeversion, formats, variance
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.interval import outliers
 from dlvirt.core.loadgen import PERCENTILES, counts
@@ -245,6 +245,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "slowed": "; ".join(sorted({f"deliberately slowed: CFS quota {r.platform['slowed']['quota_cores']:g} of "
                                     f"{r.scenario.cores} core(s)" for r in results if r.platform.get("slowed")}))
         or None,
+        formats.KEY: formats.version("summary"),
     }
 
 

@@ -18,6 +18,7 @@ from typing import Literal
 
 import pandas as pd
 
+from dlvirt.core import formats
 from dlvirt.core.machinetime import LAUNCH_PARTS
 
 # str: text; int / float: numbers (float NaN where not recorded); bool: True/False (empty where the
@@ -130,6 +131,7 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("loadgen_scenario", "str", "the LoadGen scenario of a latency row: SingleStream or Server"),
     Column("slowed", "str", "set only where a platform was deliberately slowed (slowdown_cpu_quota, to show "
            "dlvirt compare a real slow-down): not a normal study's row; empty otherwise"),
+    Column(formats.KEY, "int", "the summary format's version (dlvirt.core.formats): readers refuse another"),
 )
 
 # added to results/summary.csv by the study's launch-level model (dlvirt.analysis.model)
@@ -159,7 +161,20 @@ def read_summary(path: str | Path) -> pd.DataFrame:
         raise SummaryError(f"{path}: unknown summary column(s) {', '.join(unknown)}: not a summary this "
                            "dlvirt writes (see docs/summary-columns.md)")
     text = {name: str for name in header if BY_NAME[name].type in ("str", "list")}
-    return pd.read_csv(path, dtype=text)
+    frame = pd.read_csv(path, dtype=text)
+    if formats.KEY in frame:  # a summary without the column was written before versions were
+        formats.check_column("summary", frame[formats.KEY].dropna(), str(path))
+    return frame
+
+
+def read_table(path: str | Path, document: formats.Document) -> pd.DataFrame:
+    """Another CSV dlvirt writes (claims, tables) once its ``format_version`` column is checked, without it."""
+    frame = pd.read_csv(path)
+    if formats.KEY not in frame:
+        formats.check(document, None, str(path))
+        return frame
+    formats.check_column(document, frame[formats.KEY].dropna(), str(path))
+    return frame.drop(columns=formats.KEY)
 
 
 def markdown() -> str:

@@ -46,17 +46,19 @@ from dlvirt.analysis.claims.study import MIN_LAUNCHES, ONE_LAUNCH, launch_count
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN, holm
 from dlvirt.analysis.model import LAUNCH_MEANS, NO_CONTRAST, Contrast, Model, combine, group_keys, launches
 from dlvirt.analysis.rows import emulated, load_summary, with_site
-from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core import formats
+from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.formats import read_document
 from dlvirt.core.records import JobResult, RecordError
 
-FORMAT = 2  # the compare CSV's format version (its ``format`` column); 2 added ``measure``
+FORMAT = formats.version("compare")  # the compare CSV's format version (its ``format_version`` column)
 SLOWER, FASTER, ALIKE, INCONCLUSIVE, REFUSED = "slower", "faster", "alike", "inconclusive", "not comparable"
 EXIT_SLOWER = 1
 MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in both studies
 # what must agree for two rows to measure the same workload, and how a refusal names it
 WORKLOAD = {"tool": "tool", "dataset_source": "dataset source", "samples": "dataset size (samples per run)",
             "model": "model", "reference_model": "model size (reference or stand-in)", "weights": "weights kind"}
-COLUMNS = ["format", *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_slower", "p_faster", "p_alike",
+COLUMNS = [formats.KEY, *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_slower", "p_faster", "p_alike",
            "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why", "measure"]
 # what a row's launches are compared on: E2E (launch means), or a latency row's p99 per launch
 E2E, P99 = "E2E", "p99 latency"
@@ -93,7 +95,7 @@ def load(folder: Path) -> Results:
     if summary.empty or missing:
         raise CompareError(f"{summary_path}: no summary rows" + (f" (lacks {', '.join(missing)})" if missing else ""))
     host_path = folder / "host.json"
-    host = read_json(host_path) if host_path.is_file() else {}
+    host = read_document(host_path, "host facts") if host_path.is_file() else {}
     try:
         records = [JobResult.read(p) for p in sorted((folder / "runs").rglob("*.json"))]
     except (RecordError, ValueError) as err:
@@ -228,7 +230,7 @@ def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFr
             else:
                 why = f"undecided; the smallest effect it could detect: ±{p.contrast.half_width():.1%}"
         low, high = p.contrast.bounds()
-        rows.append({"format": FORMAT, **dict(zip(MATCH, p.key, strict=True)), "verdict": verdict,
+        rows.append({formats.KEY: FORMAT, **dict(zip(MATCH, p.key, strict=True)), "verdict": verdict,
                      "ratio": p.contrast.ratio, "low90": low, "high90": high, "df": p.contrast.df,
                      "p_slower": s, "p_faster": f, "p_alike": e,
                      "launches_a": int(count_a[p.a]) if p.a is not None else 0,

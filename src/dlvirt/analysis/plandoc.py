@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlvirt.core.atomic import read_json
+from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import Kinds
 
 
@@ -26,4 +26,4 @@ class PlanDocument:
 
     @classmethod
     def load(cls, path: str | Path) -> PlanDocument:
-        return cls.from_document(read_json(Path(path)))
+        return cls.from_document(read_document(path, "plan"))

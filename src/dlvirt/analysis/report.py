@@ -17,6 +17,7 @@ import pandas as pd
 
 from dlvirt.analysis.catalog import BY_ID, E2E_TOOL, FigureSpec
 from dlvirt.analysis.claims.study import MIN_LAUNCHES
+from dlvirt.analysis.columns import read_table
 from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.analysis.rows import (
     PHASES,
@@ -31,7 +32,8 @@ from dlvirt.analysis.rows import (
     scenario_order,
     select,
 )
-from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.formats import read_document
 from dlvirt.core.machinetime import hours, launch_machine_s, split_line, split_totals, totals_line
 from dlvirt.core.records import read_run_records
 from dlvirt.plan.leftout import reasons
@@ -225,8 +227,8 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
     frame = load_summaries([summary])
     study = PlanDocument.load(plan)
     plan_doc = study.document
-    claims_table = pd.read_csv(claims)
-    facts = read_json(host)
+    claims_table = read_table(claims, "claims")
+    facts = read_document(host, "host facts")
     caps = facts.get("capabilities", {})
     left_out: dict[str, list[str]] = {}
     for what, why in study.left_out:
@@ -276,8 +278,8 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
                                     else pd.DataFrame()),
         ran=ran.to_dict("records") if not ran.empty else [],
         left_out=sorted(left_out.items()),
-        table1=_html_table(pd.read_csv(table1)),
-        table2=_html_table(pd.read_csv(table2)),
+        table1=_html_table(read_table(table1, "table")),
+        table2=_html_table(read_table(table2, "table")),
         summary_table=_html_table(frame),
     )
 

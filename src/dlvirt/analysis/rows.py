@@ -6,7 +6,6 @@ matplotlib.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.analysis.columns import read_summary
+from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import Kinds
 from dlvirt.core.loadgen import LATENCY_RUN_TOOLS
 from dlvirt.core.scenario import LOCAL_SITE
@@ -86,13 +86,13 @@ def emulated(rows: pd.DataFrame) -> pd.Series:
 def host_cores(host_json: str | Path | None) -> int | None:
     if not host_json or not Path(host_json).exists():
         return None
-    return int(json.loads(Path(host_json).read_text())["capabilities"]["cores"])
+    return int(read_document(host_json, "host facts")["capabilities"]["cores"])
 
 
 def host_label(host_json: str | Path | None) -> str:
     if not host_json or not Path(host_json).exists():
         return ""
-    facts: dict[str, Any] = json.loads(Path(host_json).read_text())
+    facts: dict[str, Any] = read_document(host_json, "host facts")
     caps = facts.get("capabilities", {})
     label = f"host: {facts.get('cpu_model', '?')}, {caps.get('cores', '?')} cores"
     own = host_virtualization(facts)

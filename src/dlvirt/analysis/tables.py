@@ -15,7 +15,9 @@ import pandas as pd
 
 from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.plandoc import PlanDocument
-from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core import formats
+from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.formats import read_document
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.plan.leftout import reasons
 
@@ -118,7 +120,13 @@ def platform_table(records: list[dict[str, Any]], host: dict[str, Any], plan: Pl
 
 
 def write_tables(runs: list[Path], host: Path, plan: Path, table1: Path, table2: Path) -> None:
-    records = [read_json(p) for p in runs]
+    records = [read_document(p, "run record") for p in runs]
     study = PlanDocument.load(plan)
-    write_text_atomic(table1, app_table(records, study).to_csv(index=False))
-    write_text_atomic(table2, platform_table(records, read_json(host), study).to_csv(index=False))
+    write_text_atomic(table1, _stamped(app_table(records, study)).to_csv(index=False))
+    write_text_atomic(table2, _stamped(platform_table(records, read_document(host, "host facts"), study))
+                      .to_csv(index=False))
+
+
+def _stamped(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with its format version as the last column (dlvirt.core.formats)."""
+    return table.assign(**{formats.KEY: formats.version("table")})

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+from dlvirt.core import formats
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.scenario import Scenario
 
@@ -95,6 +96,9 @@ class Record:
     """Base of the records: conversion to and from their JSON documents."""
 
     _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+    # a record written as a file of its own names its document (dlvirt.core.formats): the file then
+    # carries format_version, and reading one of another version is refused
+    document: ClassVar[formats.Document | None] = None
 
     @classmethod
     def _types(cls) -> dict[str, Any]:
@@ -103,8 +107,9 @@ class Record:
         return Record._hints[cls]
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
-                if not (f.default is None and getattr(self, f.name) is None)}
+        content = {f.name: _dump(getattr(self, f.name)) for f in fields(self)
+                   if not (f.default is None and getattr(self, f.name) is None)}
+        return formats.stamped(self.document, content) if self.document else content
 
     @classmethod
     def from_dict(cls, data: Any, where: str | None = None) -> Self:
@@ -112,6 +117,11 @@ class Record:
         where = where or cls.__name__
         if not isinstance(data, dict):
             raise RecordError(f"{where}: expected a {cls.__name__} object, got {data!r}"[:300])
+        if cls.document:
+            try:
+                data = formats.checked(cls.document, data, where)
+            except formats.FormatError as err:
+                raise RecordError(str(err)) from None
         hints = cls._types()
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
@@ -170,6 +180,8 @@ class JobSpec(Record):
 class HarnessJob(Record):
     """What the harness inside the platform is told (``job.json``): the spec's app side, paths as
     the platform sees them."""
+
+    document: ClassVar[formats.Document | None] = "harness job"
 
     tool: str
     app: str
@@ -238,6 +250,8 @@ class Repetition(Record):
 class HarnessOutput(Record):
     """What the harness hands back out of the platform (``harness.json``)."""
 
+    document: ClassVar[formats.Document | None] = "harness output"
+
     app: str
     entered_unix: float             # wall clock when the harness was up (start-up overhead)
     runs: list[Repetition]
@@ -259,6 +273,8 @@ class HarnessOutput(Record):
 @dataclass(frozen=True)
 class JobResult(Record):
     """One job's verified result (``results/runs/<tool>/<app>/<scenario>.json``)."""
+
+    document: ClassVar[formats.Document | None] = "run record"
 
     tool: str
     app: str

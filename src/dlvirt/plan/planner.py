@@ -18,6 +18,7 @@ from typing import Any
 
 from dlvirt.apps import KINDS as APP_KINDS
 from dlvirt.apps import app_class
+from dlvirt.core import formats
 from dlvirt.core.errors import ConfigError
 from dlvirt.core.kinds import Kinds
 from dlvirt.core.loadgen import ALL_RUN_TOOLS, run_tools, split_tool
@@ -213,7 +214,7 @@ def config_hash(config: dict[str, Any]) -> str:
 def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) -> dict[str, Any]:
     """``results/plan.json``: the matrix that runs, what was left out and why, and the display facts
     of the platforms and apps (``kinds``) that analysis reads."""
-    return {
+    return formats.stamped("plan", {
         "study": config["study"]["name"],
         "config_sha256": config_hash(config),
         "host_check": config["host_check"],
@@ -228,4 +229,4 @@ def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) ->
         "jobs": [{**job.wildcards, "scenario": job.scenario.name, "order": i} for i, job in enumerate(plan.jobs)],
         "left_out": [list(gap) for gap in study_gaps(plan.left_out, config["study"])],
         "kinds": kinds().document(),
-    }
+    })

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core import formats
 from dlvirt.system import cgroups, docker_engine, engine_versions, observe, topology
 
 
@@ -193,7 +194,7 @@ def facts() -> dict[str, Any]:
     caps = capabilities()
     uname = platform.uname()
     topo = topology.read().describe()
-    return {
+    return formats.stamped("host facts", {
         **node_identity(),
         "numa_nodes": topo["numa_nodes"],
         "threads_per_core": topo["threads_per_core"],
@@ -209,7 +210,7 @@ def facts() -> dict[str, Any]:
         "stack": python_stack(),
         # asked of the running daemons (the Docker SDK, libvirt's API), not of the CLIs on PATH
         "engines": engine_versions.host_engines(docker_engine.engine_url({}), uname.machine),
-    }
+    })
 
 
 def _os_release() -> str:

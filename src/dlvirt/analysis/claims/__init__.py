@@ -31,7 +31,9 @@ from dlvirt.analysis.claims.scaleup import SCALE_UP_FROM, scale_up_stops_paying
 from dlvirt.analysis.claims.study import Study
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, Verdict
 from dlvirt.analysis.columns import read_summary
-from dlvirt.core.atomic import read_json, write_text_atomic
+from dlvirt.core import formats
+from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.formats import read_document
 
 __all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "UNTESTABLE", "evaluate", "write_claims"]
 
@@ -117,7 +119,8 @@ def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Any],
 
 def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None) -> pd.DataFrame:
     frame = read_summary(summary)
-    cores = int(read_json(host)["capabilities"]["cores"])
-    table = evaluate(frame, cores, read_json(plan)["left_out"], DEFAULT_MARGIN if margin is None else margin)
-    write_text_atomic(output, table.to_csv(index=False))
+    cores = int(read_document(host, "host facts")["capabilities"]["cores"])
+    left_out = read_document(plan, "plan")["left_out"]
+    table = evaluate(frame, cores, left_out, DEFAULT_MARGIN if margin is None else margin)
+    write_text_atomic(output, table.assign(**{formats.KEY: formats.version("claims")}).to_csv(index=False))
     return table

@@ -1,0 +1,87 @@
+"""Format versions of the documents dlvirt writes, and the check every reader makes.
+
+Every document carries ``format_version`` (a JSON document: a top-level key; a CSV: a column). A
+reader accepts the version this code writes; a document without one was written before versions
+were recorded and is read as version 1 where that is the format it still is (``VERSIONS``'s
+``since``). Any other version is refused with a message naming the file, instead of guessing.
+Changing a document's format: bump its version here (and set its ``since`` if older documents can
+no longer be read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dlvirt.core.atomic import read_json
+
+KEY = "format_version"
+
+Document = Literal["run record", "harness output", "harness job", "plan", "host facts", "summary", "claims",
+                   "compare", "table"]
+
+
+@dataclass(frozen=True)
+class Format:
+    version: int      # the version this code writes and reads
+    unversioned: bool  # a document without format_version is this format (written before versions were)
+
+
+VERSIONS: dict[str, Format] = {
+    "run record": Format(1, True),
+    "harness output": Format(1, True),
+    "harness job": Format(1, True),
+    "plan": Format(1, True),
+    "host facts": Format(1, True),
+    "summary": Format(1, True),
+    "claims": Format(1, True),
+    "compare": Format(3, False),  # 2 added measure; 3 names its column format_version (was format)
+    "table": Format(1, True),
+}
+
+
+class FormatError(ValueError):
+    """A document in a format this dlvirt does not read; the message names the file."""
+
+
+def version(document: Document) -> int:
+    return VERSIONS[document].version
+
+
+def stamped(document: Document, content: dict[str, Any]) -> dict[str, Any]:
+    """``content`` with its format version first."""
+    return {KEY: VERSIONS[document].version, **{k: v for k, v in content.items() if k != KEY}}
+
+
+def check(document: Document, found: Any, where: str) -> None:
+    """Refuse a ``document`` whose ``format_version`` is ``found`` (None: absent) unless this code reads it."""
+    fmt = VERSIONS[document]
+    if found is None and fmt.unversioned:
+        return
+    if found == fmt.version and not isinstance(found, bool):
+        return
+    what = "no format_version" if found is None else f"format_version {found!r}"
+    raise FormatError(f"{where}: a {document} with {what}; this dlvirt reads {document} format "
+                      f"{fmt.version} only (written by another dlvirt version: rerun the step that writes it "
+                      "with this one)")
+
+
+def checked(document: Document, content: Any, where: str) -> Any:
+    """``content`` (a JSON document) once its version is checked, without the ``format_version`` key."""
+    if not isinstance(content, dict):
+        return content
+    check(document, content.get(KEY), where)
+    return {k: v for k, v in content.items() if k != KEY}
+
+
+def read_document(path: str | Path, document: Document) -> Any:
+    """The JSON document at ``path`` once its version is checked (without the ``format_version`` key)."""
+    return checked(document, read_json(Path(path)), str(path))
+
+
+def check_column(document: Document, values: Iterable[Any], where: str) -> None:
+    """A CSV document's ``format_version`` column: every row's must be one this code reads."""
+    for found in {int(v) if isinstance(v, float) and v == int(v) else v for v in values}:
+        check(document, found, where)
