@@ -31,12 +31,17 @@ WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "src",
 
 
 def plan_document(left_out=(), **fields) -> dict:
-    """A results/plan.json document as the workflow writes it, with the real registries' kinds."""
+    """A results/plan.json document as the workflow writes it, with the real registries' kinds; the
+    left-out entries as Gaps or their documents."""
+    from dlvirt.core import formats
+    from dlvirt.plan.leftout import Gap
     from dlvirt.plan.planner import kinds
 
-    return {"study": "fixture", "config_sha256": "0123456789abcdef", "host_check": True, "host_cores": 4,
-            "repetitions": 5, "warmup_repetitions": 1, "jobs": [], "left_out": [list(e) for e in left_out],
-            "kinds": kinds().document(), **fields}
+    entries = [e.document() if isinstance(e, Gap) else e for e in left_out]
+    return formats.stamped("plan", {
+        "study": "fixture", "config_sha256": "0123456789abcdef", "host_check": True, "host_cores": 4,
+        "repetitions": 5, "warmup_repetitions": 1, "jobs": [], "left_out": entries, "kinds": kinds().document(),
+        **fields})
 
 
 def write_plan(path: Path, left_out=(), **fields) -> Path:

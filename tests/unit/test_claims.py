@@ -10,11 +10,13 @@ import pytest
 from conftest import FIXTURES
 from dlvirt.analysis.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate, write_claims
 from dlvirt.analysis.columns import read_table
+from dlvirt.core import formats
+from dlvirt.core.scenario import Scenario
 from dlvirt.plan.leftout import Gap, reasons
 from dlvirt.plan.planner import expand, study_gaps
 from dlvirt.system.hostinfo import Capabilities
 
-NO_GPU = [["BM/2/VNL/GPU", "no GPU on this host (nvidia-smi lists none)"]]
+NO_GPU = [Gap("host", "no GPU on this host (nvidia-smi lists none)", scenario=Scenario.parse("BM/2/VNL/GPU"))]
 
 
 PATTERNS = [(-1, 0, 1), (0, 1, -1), (1, -1, 0), (1, 0, -1), (0, -1, 1), (-1, 1, 0)]
@@ -308,7 +310,7 @@ def test_every_claim_gets_a_row_on_an_empty_summary():
 
 def test_write_claims_from_fixture_summary(tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"left_out": []}))
+    plan.write_text(json.dumps(formats.stamped("plan", {"left_out": []})))
     out = tmp_path / "claims.csv"
     write_claims(FIXTURES / "summaries" / "full.csv", FIXTURES / "host_full.json", plan, out)
     assert pd.read_csv(out)["format_version"].eq(1).all()
@@ -336,8 +338,8 @@ def test_reasons_understand_what_the_real_planner_writes():
               "apps": {"ic": {}}}
     plan = expand(config, caps)
     gaps = study_gaps(plan.left_out, config["study"])
-    for what, why in gaps:
-        Gap.parse(what, why)  # every entry is in a known form
+    for gap in gaps:  # every entry is structured, and plan.json's document of it reads back the same
+        assert Gap.from_document(json.loads(json.dumps(gap.document()))) == gap
     assert any("no GPU" in r for r in reasons(gaps, tool="mlperf", app="ic", processor="GPU"))
     assert any("8 cores requested" in r for r in reasons(gaps, tool="mlperf", app="ic", processor="CPU"))
     # a whole app left out is the reason, not its scenarios
@@ -345,10 +347,14 @@ def test_reasons_understand_what_the_real_planner_writes():
     assert reasons(gaps, tool="dlbs", app="ic") == ["tool dlbs: not in study.tools of this config"]
 
 
-@pytest.mark.parametrize("what", ["VM 2 cores", "a b c d"])
-def test_unknown_left_out_forms_are_refused(what):
-    with pytest.raises(ValueError):
-        Gap.parse(what, "why")
+@pytest.mark.parametrize("change", [{"reason": "because"}, {"app": "ic"}, {"scenario": None}, {"extra": 1},
+                                    {"scenario": "VM 2 cores"}])
+def test_malformed_left_out_entries_are_refused_naming_them(change):
+    good = Gap("unsupported", "why", tool="mlperf", app="ic", scenario=Scenario.parse("VM/2/VNL/CPU")).document()
+    assert Gap.from_document(good).what == "mlperf ic VM/2/VNL/CPU"
+    bad = {**good, **change} if "app" not in change else {**good, "tool": None}
+    with pytest.raises(ValueError, match=r"plan.json: left_out\[3\]"):
+        Gap.from_document(bad, "plan.json: left_out[3]")
 
 
 def test_what_the_config_does_not_ask_for_is_a_reason_too():

@@ -12,17 +12,18 @@ from typing import Any
 
 from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import Kinds
+from dlvirt.plan.leftout import Gap, from_documents
 
 
 @dataclass(frozen=True)
 class PlanDocument:
-    left_out: list[list[str]]  # [what, why] per left-out entry (dlvirt.plan.leftout)
+    left_out: list[Gap]        # the left-out entries (dlvirt.plan.leftout)
     kinds: Kinds
     document: dict[str, Any]   # all of plan.json (study name, jobs, provenance)
 
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> PlanDocument:
-        return cls([list(entry) for entry in document["left_out"]], Kinds.from_document(document["kinds"]), document)
+        return cls(from_documents(document["left_out"]), Kinds.from_document(document["kinds"]), document)
 
     @classmethod
     def load(cls, path: str | Path) -> PlanDocument:

@@ -1,30 +1,36 @@
 """What a study measured and what it left out, in the words figures, claims and the report use.
 
-The plan's left-out entries are ``(what, why)`` pairs as ``dlvirt.plan.planner`` writes them; ``what`` is
-one of
-- a scenario name, ``VM/2/VNL/CPU``: the host cannot run that scenario;
-- ``<tool> <app> <scenario>``: the app cannot run in that scenario;
-Apps, tools and platforms the config does not ask for are not in the plan at all;
-``dlvirt.plan.planner.study_gaps`` adds them (``platform X (every scenario)``, ``processor X (every
-scenario)`` too) so that a figure can say why its rows are missing. Free of the registries: analysis
-reads the entries from plan.json and never imports a platform.
+A left-out entry (``Gap``) is structured where it arises: what it concerns (a scenario, a tool/app in a
+scenario, or a whole tool, app, platform or processor), a reason code, and its message:
+- ``host``: this host cannot run the scenario (no GPU, too few cores, no KVM, ...);
+- ``edge``: the platform does not run on edge hosts yet;
+- ``unsupported``: the app (or the tool) cannot run in that scenario;
+- ``not_configured``: the config does not ask for it (``dlvirt.plan.planner.study_gaps`` adds these, so
+  that a figure can say why its rows are missing).
+``results/plan.json`` holds the entries as documents (``Gap.document``) and analysis reads them back
+(``Gap.from_document``), never parsing prose. Free of the registries: analysis never imports a platform.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from dlvirt.core.scenario import Scenario
 
 EVERY_SCENARIO = "(every scenario)"
+Reason = Literal["host", "edge", "unsupported", "not_configured"]
+REASONS: tuple[str, ...] = get_args(Reason)
+_WHOLE = ("tool", "app", "platform", "processor")  # what a whole-axis entry may name
 
 
 @dataclass(frozen=True)
 class Gap:
-    """One left-out entry, parsed: which tool/app/scenario it concerns (None = all of them)."""
+    """One left-out entry: which tool/app/scenario it concerns (None = all of them), why (a reason
+    code and its message). Iterating it gives ``(what, why)``, the line the workflow prints."""
 
-    what: str
+    reason: Reason
     why: str
     tool: str | None = None
     app: str | None = None
@@ -32,17 +38,45 @@ class Gap:
     processor: str | None = None
     scenario: Scenario | None = None
 
+    def __post_init__(self) -> None:
+        if self.reason not in REASONS:
+            raise ValueError(f"left-out reason {self.reason!r}: not one of {', '.join(REASONS)}")
+        whole = [name for name in _WHOLE if getattr(self, name) is not None]
+        if self.scenario is None and len(whole) != 1:
+            raise ValueError(f"left-out entry without a scenario names {whole or 'nothing'}: it must name "
+                             "one tool, app, platform or processor")
+        if self.scenario is not None and (self.platform or self.processor or bool(self.tool) != bool(self.app)):
+            raise ValueError("left-out entry for a scenario names a tool and an app together, or neither")
+
+    @property
+    def what(self) -> str:
+        """What it concerns, in words: ``VM/2/VNL/CPU``, ``mlperf ic VM/2/VNL/CPU``, ``app nlp (every scenario)``."""
+        if self.scenario is not None:
+            return f"{self.tool} {self.app} {self.scenario.name}" if self.tool else self.scenario.name
+        name = next(n for n in _WHOLE if getattr(self, n) is not None)
+        return f"{name} {getattr(self, name)} {EVERY_SCENARIO}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((self.what, self.why))
+
+    def document(self) -> dict[str, Any]:
+        """The entry as plan.json holds it."""
+        return {"scenario": self.scenario.name if self.scenario else None, "tool": self.tool, "app": self.app,
+                "platform": self.platform, "processor": self.processor, "reason": self.reason,
+                "message": self.why}
+
     @classmethod
-    def parse(cls, what: str, why: str) -> Gap:
-        parts = what.split()
-        if what.endswith(EVERY_SCENARIO) and parts[0] in ("app", "tool", "platform", "processor"):
-            field: dict[str, Any] = {parts[0]: parts[1]}  # one of the str fields just named
-            return cls(what, why, **field)
-        if len(parts) == 3:
-            return cls(what, why, tool=parts[0], app=parts[1], scenario=Scenario.parse(parts[2]))
-        if len(parts) == 1:
-            return cls(what, why, scenario=Scenario.parse(parts[0]))
-        raise ValueError(f"left-out entry {what!r} is in no known form")
+    def from_document(cls, document: Any, where: str = "left_out") -> Gap:
+        """The entry ``document`` (``Gap.document``); a malformed one is an error naming ``where``."""
+        keys = {"scenario", "tool", "app", "platform", "processor", "reason", "message"}
+        if not isinstance(document, dict) or set(document) != keys:
+            raise ValueError(f"{where}: a left-out entry has exactly {', '.join(sorted(keys))}; got {document!r}"[:300])
+        try:
+            scenario = Scenario.parse(document["scenario"]) if document["scenario"] is not None else None
+            return cls(document["reason"], str(document["message"]), document["tool"], document["app"],
+                       document["platform"], document["processor"], scenario)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
 
     def concerns(self, *, tool: str | None = None, app: str | None = None, processor: str | None = None,
                  platforms: tuple[str, ...] | None = None, cores: int | None = None) -> bool:
@@ -63,11 +97,15 @@ class Gap:
                 and (cores is None or s.cores == cores))
 
 
-def reasons(gaps: list[tuple[str, str]] | list[list[str]], *, detail: bool = False, **where: Any) -> list[str]:
+def from_documents(documents: Iterable[Any], where: str = "left_out") -> list[Gap]:
+    return [Gap.from_document(d, f"{where}[{i}]") for i, d in enumerate(documents)]
+
+
+def reasons(gaps: Iterable[Gap], *, detail: bool = False, **where: Any) -> list[str]:
     """Distinct reasons (in plan order) why rows matching ``where`` (see ``Gap.concerns``) are
     missing, each naming what it concerns. A whole tool or app left out hides the scenario lines,
     unless ``detail`` asks for both (scenario lines first)."""
-    found = [g for g in (Gap.parse(what, why) for what, why in gaps) if g.concerns(**where)]
+    found = [g for g in gaps if g.concerns(**where)]
     whole = [_named(g) for g in found if g.scenario is None and (g.tool or g.app)]
     if whole and not detail:
         return whole

@@ -23,7 +23,7 @@ from dlvirt.core.errors import ConfigError
 from dlvirt.core.kinds import Kinds
 from dlvirt.core.loadgen import ALL_RUN_TOOLS, run_tools, split_tool
 from dlvirt.core.scenario import LOCAL_SITE, PROCESSORS, Scenario
-from dlvirt.plan.leftout import EVERY_SCENARIO, Gap
+from dlvirt.plan.leftout import Gap, Reason
 from dlvirt.platforms import KINDS as PLATFORM_KINDS
 from dlvirt.platforms import platform_class
 from dlvirt.run.tools import CLASSES as TOOL_CLASSES
@@ -66,7 +66,7 @@ class Plan:
     replicate r + 1 of any), each round shuffled with ``study.order_seed``."""
 
     jobs: list[Job] = field(default_factory=list)
-    left_out: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    left_out: list[Gap] = field(default_factory=list)  # each iterates as (what, why)
     order_seed: int = 0
 
     def round(self, replicate: int) -> list[Job]:
@@ -150,23 +150,26 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                         if scenario in seen:
                             continue
                         seen.add(scenario)
-                        why = None
+                        why: str | None = None
+                        reason: Reason = "host"
                         # The remote runs the same runner, so any platform would run there on the
                         # host's own engines; but CN and guest images are built by rules on the main
                         # host and not staged to edge hosts yet.
                         if site != LOCAL_SITE and not platform_class(platform).kind.runs_on_edge:
                             why = f"platform {platform} does not run on edge hosts yet (its image is built here)"
+                            reason = "edge"
                         elif caps is not None:
                             why = platform_class(platform).unavailable_reason(scenario, caps, config)
                         if why:
-                            plan.left_out.append((scenario.name, why))
+                            plan.left_out.append(Gap(reason, why, scenario=scenario))
                             continue
                         for tool in tools:
                             for app in apps:
                                 app_why = (tool_class(tool).unsupported_reason(app)
                                            or app_class(app).unsupported_reason(scenario, split_tool(tool)[0]))
                                 if app_why:
-                                    plan.left_out.append((f"{tool} {app} {scenario.name}", app_why))
+                                    plan.left_out.append(Gap("unsupported", app_why, tool=tool, app=app,
+                                                             scenario=scenario))
                                     continue
                                 plan.jobs.append(Job(tool, app, scenario, site))
     plan.order_seed = int(study.get("order_seed", 0))
@@ -178,26 +181,24 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     return plan
 
 
-def study_gaps(left_out: list[tuple[str, str]], study: dict[str, Any],
-               tools: tuple[str, ...] = RUN_TOOLS, apps: tuple[str, ...] = tuple(APP_KINDS)) -> list[tuple[str, str]]:
+def study_gaps(left_out: list[Gap], study: dict[str, Any],
+               tools: tuple[str, ...] = RUN_TOOLS, apps: tuple[str, ...] = tuple(APP_KINDS)) -> list[Gap]:
     """The left-out entries that concern ``tools`` × ``apps``, plus those the config does not ask for."""
     ran = study_run_tools(study)
-    gaps = [(f"tool {tool} {EVERY_SCENARIO}", "not in study.tools of this config")
+    gaps = [Gap("not_configured", "not in study.tools of this config", tool=tool)
             for tool in tools if split_tool(tool)[0] not in study["tools"]]
-    gaps += [(f"tool {tool} {EVERY_SCENARIO}", "not in study.scenarios of this config")
+    gaps += [Gap("not_configured", "not in study.scenarios of this config", tool=tool)
              for tool in tools if split_tool(tool)[0] in study["tools"] and tool not in ran]
-    gaps += [(f"app {app} {EVERY_SCENARIO}", "not in study.apps of this config")
+    gaps += [Gap("not_configured", "not in study.apps of this config", app=app)
              for app in apps if app not in study["apps"] and not (app in APP_KINDS and APP_KINDS[app].check)]
     processors = {processor for block in study["matrix"] for processor in block["processors"]}
-    gaps += [(f"processor {processor} {EVERY_SCENARIO}", "not in study.matrix of this config")
+    gaps += [Gap("not_configured", "not in study.matrix of this config", processor=processor)
              for processor in PROCESSORS if processor not in processors]
     platforms = {platform for block in study["matrix"] for platform in block["platforms"]}
-    gaps += [(f"platform {platform} {EVERY_SCENARIO}", "not in study.matrix of this config")
+    gaps += [Gap("not_configured", "not in study.matrix of this config", platform=platform)
              for platform in PLATFORM_KINDS if platform not in platforms]
-    for what, why in left_out:
-        gap = Gap.parse(what, why)
-        if (gap.tool is None or gap.tool in tools) and (gap.app is None or gap.app in apps):
-            gaps.append((what, why))
+    gaps += [gap for gap in left_out
+             if (gap.tool is None or gap.tool in tools) and (gap.app is None or gap.app in apps)]
     return gaps
 
 
@@ -227,6 +228,6 @@ def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) ->
         "replicates": config["study"].get("replicates", 1),
         "order_seed": config["study"].get("order_seed", 0),
         "jobs": [{**job.wildcards, "scenario": job.scenario.name, "order": i} for i, job in enumerate(plan.jobs)],
-        "left_out": [list(gap) for gap in study_gaps(plan.left_out, config["study"])],
+        "left_out": [gap.document() for gap in study_gaps(plan.left_out, config["study"])],
         "kinds": kinds().document(),
     })

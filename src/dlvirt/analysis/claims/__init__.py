@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -34,6 +33,7 @@ from dlvirt.analysis.columns import read_summary
 from dlvirt.core import formats
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.formats import read_document
+from dlvirt.plan.leftout import Gap, from_documents
 
 __all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "UNTESTABLE", "evaluate", "write_claims"]
 
@@ -103,7 +103,7 @@ def decide(claim: Claim, study: Study, lenient: Study) -> Verdict:
                                  f"could test it, so it is not decided; what they show: {weak.evidence}")
 
 
-def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Any],
+def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
              margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
     study = Study(summary, host_cores, gaps, margin)
     lenient = Study(summary, host_cores, gaps, margin, weak_as_evidence=True)
@@ -120,7 +120,7 @@ def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Any],
 def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None) -> pd.DataFrame:
     frame = read_summary(summary)
     cores = int(read_document(host, "host facts")["capabilities"]["cores"])
-    left_out = read_document(plan, "plan")["left_out"]
+    left_out = from_documents(read_document(plan, "plan")["left_out"], f"{plan}: left_out")
     table = evaluate(frame, cores, left_out, DEFAULT_MARGIN if margin is None else margin)
     write_text_atomic(output, table.assign(**{formats.KEY: formats.version("claims")}).to_csv(index=False))
     return table

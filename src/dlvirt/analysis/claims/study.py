@@ -35,7 +35,7 @@ from dlvirt.analysis.model import (
 )
 from dlvirt.analysis.rows import LATENCY_TOOLS, emulated, verified_gpu_rows, with_site
 from dlvirt.core.scenario import LOCAL_SITE
-from dlvirt.plan.leftout import reasons
+from dlvirt.plan.leftout import Gap, reasons
 
 MIN_LAUNCHES = 2  # fewer launches in a row: not evidence
 ONE_LAUNCH = "a single launch (the launch is the unit; its repetitions are not independent)"
@@ -66,7 +66,7 @@ def weak_reasons(rows: pd.DataFrame) -> pd.Series:
 class Study:
     """The evidence rows, their models, and the reasons behind missing rows."""
 
-    def __init__(self, summary: pd.DataFrame, host_cores: int | None, gaps: list[Any],
+    def __init__(self, summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
                  margin: float = DEFAULT_MARGIN, weak_as_evidence: bool = False) -> None:
         if summary.empty:
             summary = pd.DataFrame(columns=["tool", "app", "platform", "cores", "pinning", "processor",
