@@ -38,7 +38,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -52,7 +52,12 @@ from dlvirt.core.formats import read_document
 from dlvirt.core.records import JobResult, RecordError
 
 FORMAT = formats.version("compare")  # the compare CSV's format version (its ``format_version`` column)
-SLOWER, FASTER, ALIKE, INCONCLUSIVE, REFUSED = "slower", "faster", "alike", "inconclusive", "not comparable"
+CompareVerdict = Literal["slower", "faster", "alike", "inconclusive", "not comparable"]
+SLOWER: CompareVerdict = "slower"
+FASTER: CompareVerdict = "faster"
+ALIKE: CompareVerdict = "alike"
+INCONCLUSIVE: CompareVerdict = "inconclusive"
+REFUSED: CompareVerdict = "not comparable"
 EXIT_SLOWER = 1
 MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in both studies
 # what must agree for two rows to measure the same workload, and how a refusal names it

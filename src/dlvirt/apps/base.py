@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
 from dlvirt.core.kinds import AppKind
 from dlvirt.core.scenario import Scenario
+from dlvirt.core.vocabulary import ThreadPolicy
 
 DATASET_INFO = "dataset.json"
 # The checksum file beside a weights resource: ``<weights file>.sha256``, the hex digest alone.
@@ -41,7 +42,7 @@ class ThreadPlan:
     application.
     """
 
-    policy: str              # "granted" or "framework-default"
+    policy: ThreadPolicy     # "granted" or "framework-default"
     cores: int               # the core count the plan was sized from
     intra_op: int | None     # framework intra-op threads (None: the framework chooses)
     inter_op: int | None     # framework inter-op threads (None: the framework chooses)

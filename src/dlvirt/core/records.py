@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Self
 from dlvirt.core import formats
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.scenario import Scenario
+from dlvirt.core.vocabulary import Pipeline, ThreadSetting
 
 
 class RecordError(ValueError):
@@ -53,6 +54,11 @@ def _load(tp: Any, value: Any, where: str) -> Any:
             except RecordError as err:
                 errors.append(err)
         raise errors[0]
+    if origin is typing.Literal:  # a closed vocabulary (dlvirt.core.vocabulary)
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise RecordError(f"{where}: expected one of {', '.join(map(repr, allowed))}, got {value!r}"[:300])
+        return value
     if isinstance(tp, type) and issubclass(tp, Record):
         return tp.from_dict(value, where)
     if tp is Scenario:
@@ -156,7 +162,7 @@ class JobSpec(Record):
     scenario: Scenario
     repetitions: int | dict[str, Any]  # a fixed count, or adaptive {min, max, rel_ci95} (run.repetitions)
     warmup_repetitions: int
-    threads: str                    # thread plan: granted | framework-default (naive: its older name)
+    threads: ThreadSetting          # thread plan: granted | framework-default (naive: its older name)
     timeout_s: float
     batch_size: int
     loadgen: dict[str, Any]
@@ -166,7 +172,7 @@ class JobSpec(Record):
     allow_emulation: bool
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
     replicate: int = 1                  # the launch's round in the study's interleaved order
-    pipeline: str | None = None     # harness.pipeline: overlapped | sequential (None: the plan's choice)
+    pipeline: Pipeline | None = None  # harness.pipeline: overlapped | sequential (None: the plan's choice)
     # steady-state warm-up (run.repetitions.is_warmup): at most this many warm-ups, until two
     # consecutive repetitions agree within the tolerance (None: exactly warmup_repetitions)
     warmup_max: int | None = None
@@ -189,14 +195,14 @@ class HarnessJob(Record):
     scenario_name: str
     repetitions: int | dict[str, Any]
     warmup_repetitions: int
-    threads: str
+    threads: ThreadSetting
     batch_size: int
     loadgen: dict[str, Any]
     app_settings: dict[str, Any]
     dataset_dir: str
     run_id: str
     dlbs: dict[str, Any] | None = None
-    pipeline: str | None = None
+    pipeline: Pipeline | None = None
     warmup_max: int | None = None
     warmup_tolerance: float | None = None
     weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256

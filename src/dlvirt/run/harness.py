@@ -48,10 +48,10 @@ import numpy as np
 from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.loadgen import OFFLINE, PERCENTILES, SERVER, SINGLE_STREAM
 from dlvirt.core.records import HarnessJob, Repetition
+from dlvirt.core.vocabulary import PIPELINES, THREAD_POLICIES
 from dlvirt.system import observe
 
-POLICIES = ("granted", "framework-default")
-PIPELINES = ("overlapped", "sequential")
+POLICIES = THREAD_POLICIES
 
 
 class ThreadPlanError(RuntimeError):

@@ -25,10 +25,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dlvirt.analysis.model import Contrast
 
-HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "not testable here"
+ClaimVerdict = Literal["holds", "does not hold", "inconclusive", "not testable here"]
+HOLDS: ClaimVerdict = "holds"
+FAILS: ClaimVerdict = "does not hold"
+INCONCLUSIVE: ClaimVerdict = "inconclusive"
+UNTESTABLE: ClaimVerdict = "not testable here"
 ALPHA = 0.05  # per one-sided test
 DEFAULT_MARGIN = 0.05  # claims.equivalence_margin
 
@@ -93,7 +98,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Verdict:
-    verdict: str
+    verdict: ClaimVerdict
     evidence: str
 
 
