@@ -69,3 +69,16 @@ def test_both_backends_preprocess_and_score_the_same_jpegs_alike(jpegs, tmp_path
 def test_unknown_framework_is_refused_naming_the_key(jpegs):
     with pytest.raises(Exception, match=r"apps.ic.framework 'mxnet'"):
         ic_app(jpegs, "mxnet")
+
+
+def test_each_framework_is_a_model_backend_behind_one_interface():
+    """IC keeps the dataset and pre/post-processing; each framework is a backend with the members of
+    ``dlvirt.apps.backend.ModelBackend`` (checked here without importing a framework)."""
+    from dlvirt.apps.backend import ModelBackend
+    from dlvirt.apps.ic import BACKENDS
+
+    members = [name for name in vars(ModelBackend) if not name.startswith("_")] + ["__call__", "__init__"]
+    members += list(ModelBackend.__annotations__)
+    for framework, cls in BACKENDS.items():
+        assert cls.framework == framework and cls.weights_file and cls.architecture
+        assert all(hasattr(cls, name) for name in members), framework

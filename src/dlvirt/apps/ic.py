@@ -5,7 +5,8 @@ Pre-processing follows the MLPerf reference (``pre_process_vgg``): decode, RGB, 
 resize so the short side is 256 (224 / 0.875) with area interpolation, 224×224 centre crop,
 per-channel mean subtraction, NHWC float32. Both backends take that same NHWC batch (PyTorch's
 transposes it to NCHW on its device) and return class probabilities, which the same top-5
-post-processing scores.
+post-processing scores. The app keeps the dataset and the pre- and post-processing; each framework
+is a model backend (``dlvirt.apps.backend.ModelBackend``) in ``BACKENDS``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from dlvirt.apps import torch_runtime
+from dlvirt.apps.backend import ModelBackend
 from dlvirt.apps.base import App, AppError, ThreadPlan, checked_weights
 from dlvirt.core.kinds import AppKind
 from dlvirt.system import observe
@@ -78,6 +80,14 @@ class KerasResNet50:
     architecture = "ResNet50 v1 (Keras): stride 2 in the first 1x1 convolution of a down-sampling block"
 
     weights_file = "model.weights.h5"  # Keras's own format (save_weights, load_weights)
+
+    @classmethod
+    def import_framework(cls) -> None:
+        # Keras imports pandas and matplotlib when installed (the analysis stack has them), for
+        # features a benchmark never uses: ~0.7 s of its ~4 s import here. Kept out of this process.
+        for unused in KERAS_OPTIONAL_IMPORTS:
+            sys.modules.setdefault(unused, None)  # type: ignore[arg-type]  # None: import fails
+        import tensorflow  # noqa: F401
 
     def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None,
                  cached: Path | None = None) -> None:
@@ -149,6 +159,10 @@ class TorchResNet50:
     architecture = "ResNet50 v1.5 (MLPerf's): stride 2 in the 3x3 convolution of a down-sampling block"
     weights_file = "model.pt"
 
+    @classmethod
+    def import_framework(cls) -> None:
+        import torch  # noqa: F401
+
     def __init__(self, threads: ThreadPlan, processor: str, seed: int, weights: Path | None,
                  cached: Path | None = None) -> None:
         import torch
@@ -193,7 +207,8 @@ class TorchResNet50:
         return package_versions(("torch",))
 
 
-BACKENDS: dict[str, type[KerasResNet50 | TorchResNet50]] = {
+# the model backends (dlvirt.apps.backend.ModelBackend), by apps.ic.framework
+BACKENDS: dict[str, type[ModelBackend]] = {
     KerasResNet50.framework: KerasResNet50, TorchResNet50.framework: TorchResNet50}
 
 
@@ -255,14 +270,7 @@ class ImageClassification(App):
         return BACKENDS[str(settings.get("framework", cls.framework))].weights_file
 
     def import_framework(self) -> None:
-        if self.framework == KerasResNet50.framework:
-            # Keras imports pandas and matplotlib when installed (the analysis stack has them), for
-            # features a benchmark never uses: ~0.7 s of its ~4 s import here. Kept out of this process.
-            for unused in KERAS_OPTIONAL_IMPORTS:
-                sys.modules.setdefault(unused, None)  # type: ignore[arg-type]  # None: import fails
-            import tensorflow  # noqa: F401
-        else:
-            import torch  # noqa: F401
+        BACKENDS[self.framework].import_framework()
 
     def load_model(self) -> None:
         self.weights_path = checked_weights(self.settings)
