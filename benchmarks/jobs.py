@@ -17,7 +17,7 @@ import yaml
 from dlvirt.apps import app_class
 from dlvirt.core.memory import parse_mib
 from dlvirt.core.records import JobSpec
-from dlvirt.run.tools.dlbs import settings_for
+from dlvirt.run.tools import tool_class
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -54,7 +54,8 @@ def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: 
         "tool": tool, "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": threads,
         "pipeline": pipeline, "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"],
         "app_settings": cfg, "dataset_dir": str(dataset),
-        "dlbs": settings_for(dlbs, app) if tool == "dlbs" and dlbs is not None else None,
+        # the tool's own section, merged for the app (only the dlbs tool has one: the config's dlbs)
+        "dlbs": tool_class(tool).job_settings({"dlbs": dlbs}, app) if dlbs is not None else None,
         "platform_settings": {"memory_mib": MEMORY_MIB, **(platform_settings or {})},
         "allow_emulation": False,
         "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor}})
