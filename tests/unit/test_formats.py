@@ -78,3 +78,17 @@ def test_csv_documents_carry_a_version_column_and_refuse_another(tmp_path):
     pd.DataFrame({"id": ["a"], formats.KEY: [3]}).to_csv(claims, index=False)
     with pytest.raises(FormatError, match="a claims with format_version 3"):
         read_table(claims, "claims")
+
+
+def test_a_prepared_dataset_says_its_version_and_the_app_refuses_another(tmp_path):
+    from conftest import NOOP_SETTINGS, one_thread
+    from dlvirt.apps.noop import NoopApp
+
+    NoopApp.prepare_dataset(tmp_path, NOOP_SETTINGS)
+    info = json.loads((tmp_path / "dataset.json").read_text())
+    assert info[formats.KEY] == formats.version("dataset info")
+    app = NoopApp(NOOP_SETTINGS, tmp_path, "CPU", one_thread())
+    assert formats.KEY not in app.dataset_info and app.dataset_info["source"] == "synthetic"
+    (tmp_path / "dataset.json").write_text(json.dumps({**info, formats.KEY: 9}))
+    with pytest.raises(FormatError, match=rf"{tmp_path / 'dataset.json'}: a dataset info with format_version 9"):
+        NoopApp(NOOP_SETTINGS, tmp_path, "CPU", one_thread())

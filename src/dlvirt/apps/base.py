@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
+from dlvirt.core import formats
+from dlvirt.core.atomic import write_json_atomic, write_text_atomic
+from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import AppKind
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.vocabulary import ThreadPolicy
@@ -135,7 +137,7 @@ class App(ABC):
                  initial_weights: dict[str, Any] | None = None) -> None:
         self.settings = settings
         self.dataset_dir = Path(dataset_dir)
-        self.dataset_info = read_json(self.dataset_dir / DATASET_INFO)
+        self.dataset_info = read_document(self.dataset_dir / DATASET_INFO, "dataset info")
         self.processor = processor
         self.threads = threads
         self.weights_path: Path | None = None
@@ -167,7 +169,7 @@ class App(ABC):
             info = {"source": "synthetic", "root": None, "seed": dataset["seed"],
                     **cls.generate_dataset(out_dir, settings)}
         info.update({"app": cls.name, "dataset": cls.kind.dataset})
-        write_json_atomic(out_dir / DATASET_INFO, info)
+        write_json_atomic(out_dir / DATASET_INFO, formats.stamped("dataset info", info))
 
     @classmethod
     def dataset_path_problem(cls, path: Path) -> str | None:

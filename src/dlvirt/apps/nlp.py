@@ -23,7 +23,9 @@ import numpy as np
 
 from dlvirt.apps import squad, torch_runtime
 from dlvirt.apps.base import DATASET_INFO, AppError, checked_weights, sha256_file
-from dlvirt.core.atomic import read_json, write_json_atomic, write_text_atomic
+from dlvirt.core import formats
+from dlvirt.core.atomic import write_json_atomic, write_text_atomic
+from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import AppKind
 
 # BertConfig sizes of the published BERT models (Devlin et al.; Turc et al. for mini/tiny).
@@ -114,11 +116,11 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
         # The corpus vocab is trained on the dataset's own text, real or synthetic; it is used
         # unless apps.nlp.vocab.path names BERT's vocab.txt.
         out_dir = Path(out_dir)
-        info = read_json(out_dir / DATASET_INFO)
+        info = read_document(out_dir / DATASET_INFO, "dataset info")
         source = squad_file(Path(info["root"])) if info["root"] else out_dir / squad.SQUAD_DEV_FILE
         tokens = train_wordpiece_vocab(squad.corpus_text(source), out_dir / CORPUS_VOCAB)
         info["corpus_vocab"] = {"file": CORPUS_VOCAB, "tokens": tokens, "trained_on": str(source)}
-        write_json_atomic(out_dir / DATASET_INFO, info)
+        write_json_atomic(out_dir / DATASET_INFO, formats.stamped("dataset info", info))
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dlvirt.core.atomic import read_json
 KEY = "format_version"
 
 Document = Literal["run record", "harness output", "harness job", "plan", "host facts", "summary", "claims",
-                   "compare", "table"]
+                   "compare", "table", "dataset info"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ VERSIONS: dict[str, Format] = {
     "claims": Format(1, True),
     "compare": Format(3, False),  # 2 added measure; 3 names its column format_version (was format)
     "table": Format(1, True),
+    "dataset info": Format(1, True),  # a prepared dataset's dataset.json (the run record keeps it as dataset)
 }
 
 

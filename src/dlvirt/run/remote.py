@@ -33,7 +33,8 @@ from typing import IO, Any
 
 import dlvirt
 from dlvirt.apps.base import CHECKSUM_SUFFIX, DATASET_INFO
-from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.atomic import write_json_atomic
+from dlvirt.core.formats import read_document
 from dlvirt.core.owner import new_run_id, process_tag
 from dlvirt.core.records import JobResult, JobSpec, run_record_problems
 from dlvirt.core.signals import stop_on_signals
@@ -196,7 +197,7 @@ def write_remote_facts(host: SshHost, output: Path) -> None:
 def _local_only_inputs(spec: JobSpec, dataset_dir: Path) -> str | None:
     """Inputs that live outside the dataset folder, which this version does not copy to an edge host."""
     app = spec.app
-    if read_json(dataset_dir / DATASET_INFO).get("root"):
+    if read_document(dataset_dir / DATASET_INFO, "dataset info").get("root"):
         return f"apps.{app}.dataset.path (a real dataset on this host)"
     if (spec.app_settings.get("weights") or {}).get("path"):
         return f"apps.{app}.weights.path (a weights file on this host)"
