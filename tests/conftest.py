@@ -303,7 +303,7 @@ def parameters(spec, case, out: Path) -> dict:
 def run_notebook_in_process(notebook: Path, params: dict) -> None:
     """The notebook's code cells, with the parameters injected after its parameters cell as
     papermill does (the kernel start-up is what this saves; papermill itself is tested in
-    tests/integration/test_papermill.py)."""
+    tests/integration/test_notebooks.py)."""
     import matplotlib.pyplot
     import nbformat
 

@@ -1,38 +1,20 @@
-"""Every figure notebook runs on fixture summaries: a full study, one missing platforms/GPU/edge
-(a 2-core host without GPU or KVM, and no boot_s/site columns), and an empty one."""
+"""Figures from fixture summaries without a notebook: what each panel draws or says is missing,
+normalisation, row selection (every notebook rendered on every fixture:
+tests/integration/test_notebooks.py; each once, in the report: tests/unit/test_report.py)."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib
 import pytest
 
-from conftest import (
-    CASES,
-    REPO,
-    SUMMARIES,
-    assert_rendered,
-    parameters,
-    plan_document,
-    run_notebook_in_process,
-    tool_env,
-)
+from conftest import CASES, SUMMARIES, plan_document, tool_env
 from dlvirt.analysis import figures, rows
-from dlvirt.analysis.catalog import FIGURES
 from dlvirt.analysis.plandoc import PlanDocument
 
 
 def plan_of(case: str) -> PlanDocument:
     return PlanDocument.from_document(plan_document(CASES[case][2]))
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("spec", FIGURES, ids=[s.id for s in FIGURES])
-def test_every_notebook_runs_on_every_fixture(spec, case, tmp_path):
-    params = parameters(spec, case, tmp_path)
-    run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", params)
-    assert_rendered(Path(params["png"]), Path(params["pdf"]))
 
 
 def texts(fig) -> str:

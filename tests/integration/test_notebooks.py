@@ -1,5 +1,7 @@
-"""papermill runs a figure notebook as the workflow does, in a Jupyter kernel (the notebooks
-in-process on every fixture: tests/unit/test_figures.py)."""
+"""Every figure notebook runs on the fixture summaries: a full study, one missing platforms/GPU/edge
+(a 2-core host without GPU or KVM, and no boot_s/site columns), and an empty one; and papermill runs
+a notebook as the workflow does, in a Jupyter kernel. (Each notebook once, in-process, in the
+report: tests/unit/test_report.py; the figure code without notebooks: tests/unit/test_figures.py.)"""
 
 import json
 import subprocess
@@ -8,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_rendered, parameters, tool_env
+from conftest import CASES, REPO, assert_rendered, parameters, run_notebook_in_process, tool_env
 from dlvirt.analysis.catalog import FIGURES
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("spec", FIGURES, ids=[s.id for s in FIGURES])
+def test_every_notebook_runs_on_every_fixture(spec, case, tmp_path):
+    params = parameters(spec, case, tmp_path)
+    run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", params)
+    assert_rendered(Path(params["png"]), Path(params["pdf"]))
 
 
 @pytest.mark.parametrize(("fig", "case"), [("fig4a", "full"), ("phases_nlp", "partial"), ("fig10", "partial")])
