@@ -175,7 +175,8 @@ def source_strings(path: Path) -> list[tuple[int, str]]:
         return [(node.lineno, node.value) for node in ast.walk(tree)
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
     return [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
-            if token.type == tokenize.STRING and not token.string.startswith('"""')]  # .smk: docstrings are triple-quoted
+            # .smk: docstrings are triple-quoted
+            if token.type == tokenize.STRING and not token.string.startswith('"""')]
 
 
 # -- daemons a test starts by hand (this machine has no service manager): each runs in the
@@ -216,7 +217,8 @@ def daemon(argv: list[str], log: Path, ready: Callable[[], bool], timeout_s: flo
             if proc.poll() is not None:
                 raise RuntimeError(f"{argv[0]} exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{argv[0]} not ready after {timeout_s} s: {log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(f"{argv[0]} not ready after {timeout_s} s: "
+                                   f"{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.2)
         yield proc
     finally:
@@ -409,10 +411,10 @@ def compare_study(folder: Path, scale: dict[str, float] | None = None, model: di
 
 # -- the IC job of the platform tests (BM, CN, guests): a JobSpec for ``run_job`` ----------------
 
-IC_SETTINGS = {"batch_size": 4, "seed": 0, "dataset": {"path": None, "count": 4, "seed": 0},
-               "weights": {"path": None, "sha256": None},
-               "loadgen": {"min_query_count": 4, "min_duration_ms": 0, "expected_qps": 1,
-                           "performance_sample_count": None}}
+IC_SETTINGS: dict[str, Any] = {
+    "batch_size": 4, "seed": 0, "dataset": {"path": None, "count": 4, "seed": 0},
+    "weights": {"path": None, "sha256": None},
+    "loadgen": {"min_query_count": 4, "min_duration_ms": 0, "expected_qps": 1, "performance_sample_count": None}}
 
 
 def ic_job_spec(dataset: Path, cores: int, pinning: str, **extra: Any):
@@ -463,8 +465,8 @@ def nlp_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-RS_DATASET = {"path": None, "count": 6, "seed": 5, "lines_per_sample": {"min": 3, "max": 9}}
-RS_SETTINGS = {"dataset": RS_DATASET, "seed": 0, "max_rows_per_table": 1000, "threshold": 0.5}
+RS_DATASET: dict[str, Any] = {"path": None, "count": 6, "seed": 5, "lines_per_sample": {"min": 3, "max": 9}}
+RS_SETTINGS: dict[str, Any] = {"dataset": RS_DATASET, "seed": 0, "max_rows_per_table": 1000, "threshold": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -487,10 +489,10 @@ def sr_dataset(tmp_path_factory):
 
 # -- the noop app (dlvirt.apps.noop), the null app of the plumbing tests ------------------------
 
-NOOP_SETTINGS = {"batch_size": 8, "seed": 0, "dataset": {"path": None, "count": 32, "features": 16, "seed": 0},
-                 "weights": {"path": None, "sha256": None},
-                 "loadgen": {"min_query_count": 32, "min_duration_ms": 0, "expected_qps": None,
-                             "performance_sample_count": None}}
+NOOP_SETTINGS: dict[str, Any] = {
+    "batch_size": 8, "seed": 0, "dataset": {"path": None, "count": 32, "features": 16, "seed": 0},
+    "weights": {"path": None, "sha256": None},
+    "loadgen": {"min_query_count": 32, "min_duration_ms": 0, "expected_qps": None, "performance_sample_count": None}}
 
 
 def noop_job_spec(dataset: Path, weights: Path | None, cores: int = 1, pinning: str = "PIN", **extra: Any) -> dict:

@@ -2,6 +2,8 @@
 and one real benchmark job on BM (the data: tests/unit/test_app_sr.py)."""
 
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -79,7 +81,8 @@ def test_checked_weights_load_and_switch_to_greedy(tmp_path, sr_dataset, model):
     path = tmp_path / "rnnt.pt"
     torch.save({"state_dict": {("joint_net" + k[len("joint.net"):] if k.startswith("joint.net") else k): v
                                for k, v in model.state_dict().items()}}, path)
-    settings = {"dataset": {"count": 2}, "seed": 0, "weights": {"path": str(path), "sha256": sha256_file(path)}}
+    settings: dict[str, Any] = {"dataset": {"count": 2}, "seed": 0,
+                                "weights": {"path": str(path), "sha256": sha256_file(path)}}
     app = SpeechRecognition(settings, sr_dataset, "CPU", THREADS)
     app.load_model()
     assert app.decoding == "greedy"

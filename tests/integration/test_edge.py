@@ -89,7 +89,8 @@ def bench_spec(dataset: Path, cores: int, repetitions: int = 1) -> dict:
     return {"tool": "mlperf", "app": "ic", "repetitions": repetitions, "warmup_repetitions": 0,
             "threads": "granted", "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"],
             "app_settings": IC_SETTINGS, "dataset_dir": str(dataset), "platform_settings": {},
-            "allow_emulation": False, "scenario": {"platform": "BM", "cores": cores, "pinning": "PIN", "processor": "CPU"}}
+            "allow_emulation": False,
+            "scenario": {"platform": "BM", "cores": cores, "pinning": "PIN", "processor": "CPU"}}
 
 
 def test_trees_are_staged_once_and_verified(sshd: Sshd, ic_dataset: Path) -> None:

@@ -72,7 +72,8 @@ def test_pin_one_core_sees_exactly_that_core(ic_dataset, tmp_path):
 def test_framework_default_threads_follow_the_visible_cores_under_a_quota(ic_dataset, tmp_path):
     if len(CPUS) < 2 or cgroups.version() is None:
         pytest.skip("needs 2 cores and a cgroup CPU controller")
-    result = run_job(ic_job_spec(ic_dataset, 1, "VNL", threads="framework-default"), tmp_path / "r.json", tmp_path / "lg")
+    result = run_job(ic_job_spec(ic_dataset, 1, "VNL", threads="framework-default"), tmp_path / "r.json",
+                     tmp_path / "lg")
     threads = result.runs[0].threads
     assert threads["intra_op"] is None  # dlvirt set nothing
     assert threads["framework"]["intra_op"] == len(CPUS)  # TensorFlow chose one per visible core
@@ -119,7 +120,8 @@ def test_an_enclosing_quota_smaller_than_the_cores_fails_pin_verification(ic_dat
     try:
         job = ic_job_spec(ic_dataset, 1, "PIN")
         proc = subprocess.run(
-            [sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()), "--output", str(tmp_path / "r.json"),
+            [sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
+             "--output", str(tmp_path / "r.json"),
              "--loadgen-dir", str(tmp_path / "lg")],
             capture_output=True, text=True, timeout=600, check=False,
             preexec_fn=lambda: enclosing.attach(os.getpid()))
@@ -170,7 +172,8 @@ def test_adaptive_repetitions_stop_once_the_interval_is_tight(ic_dataset, tmp_pa
     """One warm-up, then until the first two counted repetitions agree within 10 % (at most 3
     warm-ups); then every counted repetition is judged (none set aside) until the interval is tight."""
     adaptive = {"min": 3, "max": 50, "rel_ci95": 0.05}
-    job = ic_job_spec(ic_dataset, 1, "PIN", repetitions=adaptive, warmup_repetitions=1, warmup_max=3, warmup_tolerance=0.1)
+    job = ic_job_spec(ic_dataset, 1, "PIN", repetitions=adaptive, warmup_repetitions=1, warmup_max=3,
+                      warmup_tolerance=0.1)
     result = run_job(job, tmp_path / "run.json", tmp_path / "lg")
     record = result.repetitions
     print(f"adaptive: {record}; warm-ups {[r.e2e_s for r in result.warmups]}")

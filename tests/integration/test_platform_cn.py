@@ -93,7 +93,8 @@ def cn_spec(dataset: Path, image: str, cores: int, pinning: str, **extra) -> Job
 def our_containers(client: docker.DockerClient, runner: int | None = None) -> list:
     """Containers of jobs run by ``runner`` (default: this test process; run ids start with its PID)."""
     prefix = f"{runner or os.getpid()}-"
-    return [c for c in docker_engine.labelled_containers(client) if c.labels[docker_engine.LABEL_RUN].startswith(prefix)]
+    return [c for c in docker_engine.labelled_containers(client)
+            if c.labels[docker_engine.LABEL_RUN].startswith(prefix)]
 
 
 def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn_image, ic_dataset, tmp_path):

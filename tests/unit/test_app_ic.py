@@ -44,7 +44,8 @@ def test_synthetic_dataset_is_real_jpegs_with_a_val_map(tmp_path):
 
 def test_real_dataset_without_val_map_is_refused_naming_the_key(tmp_path):
     with pytest.raises(Exception, match=r"apps.ic.dataset.path .*val_map.txt"):
-        ImageClassification.prepare_dataset(tmp_path / "out", {"dataset": {"path": str(tmp_path), "count": 3, "seed": 0}})
+        ImageClassification.prepare_dataset(tmp_path / "out",
+                                            {"dataset": {"path": str(tmp_path), "count": 3, "seed": 0}})
 
 
 def test_both_backends_preprocess_and_score_the_same_jpegs_alike(jpegs, tmp_path):

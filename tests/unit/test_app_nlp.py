@@ -139,7 +139,8 @@ def test_tokenizer_refuses_vocabs_it_did_not_load(tmp_path):
 def test_configured_vocab_is_checksummed(nlp_dataset, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_bytes((nlp_dataset / "vocab.txt").read_bytes())
-    settings = {"architecture": "bert-tiny", "dataset": {"count": 40}, "vocab": {"path": str(vocab), "sha256": "0" * 64}}
+    settings = {"architecture": "bert-tiny", "dataset": {"count": 40},
+                "vocab": {"path": str(vocab), "sha256": "0" * 64}}
     app = QuestionAnswering(settings, nlp_dataset, "CPU", ThreadPlan("granted", 1, 1, 1, 1))
     with pytest.raises(AppError, match=r"vocab.path .*: sha256 [0-9a-f]{64} != vocab.sha256"):
         app.load_model()

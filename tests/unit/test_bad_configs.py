@@ -6,6 +6,7 @@ first, then the case, as Snakemake merges them); test_config.py runs some throug
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_weights_checksum_is_cached_by_size_and_mtime(tmp_path):
     from dlvirt.core.errors import ConfigError
     from dlvirt.plan.configcheck import _check_file_with_checksum
 
-    weights, cache = tmp_path / "w.bin", {}
+    weights, cache = tmp_path / "w.bin", dict[str, Any]()
     weights.write_bytes(b"weights")
     good = hashlib.sha256(b"weights").hexdigest()
     _check_file_with_checksum({"path": str(weights), "sha256": good}, "apps.ic.weights", cache)

@@ -3,6 +3,7 @@
 import json
 import math
 import zlib
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -331,7 +332,7 @@ def test_write_claims_from_fixture_summary(tmp_path):
 def test_reasons_understand_what_the_real_planner_writes():
     caps = Capabilities(cpus=(0, 1), gpus=(), kvm_device=False, hw_virt=False, qemu=False,
                         libvirt=False, cgroup_version=1)
-    config = {"strict": False, "host_check": True, "allow_emulation": False, "platforms": {},
+    config: dict[str, Any] = {"strict": False, "host_check": True, "allow_emulation": False, "platforms": {},
               "study": {"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1,
                         "matrix": [{"platforms": ["BM"], "cores": [1, 8], "pinning": ["VNL"],
                                     "processors": ["CPU", "GPU"]}]},
@@ -360,6 +361,7 @@ def test_malformed_left_out_entries_are_refused_naming_them(change):
 def test_what_the_config_does_not_ask_for_is_a_reason_too():
     study = {"apps": ["ic"], "tools": ["mlperf"], "matrix": [{"platforms": ["BM"], "processors": ["CPU"]}]}
     gaps = study_gaps([], study)
-    assert reasons(gaps, tool="mlperf", app="ic", processor="GPU")[0] == "processor GPU: not in study.matrix of this config"
+    assert reasons(gaps, tool="mlperf", app="ic", processor="GPU")[0] == \
+        "processor GPU: not in study.matrix of this config"
     assert "platform MVM: not in study.matrix of this config" in reasons(gaps, tool="mlperf", app="ic",
                                                                          processor="CPU", platforms=("MVM",))

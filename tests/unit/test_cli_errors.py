@@ -33,7 +33,8 @@ BENCH = ["bench", "--output", "/nonexistent/r.json", "--loadgen-dir", "/nonexist
     (["guest-image", "--variant", "full", "--output-dir", "o", "--cn-settings", "{"],
      "dlvirt guest-image: --cn-settings: not valid JSON"),
     (["cleanup", "--settings", "[]"], "dlvirt cleanup: --settings: a JSON object is needed"),
-    (["aggregate", "--output", "o.csv", "/nonexistent/run.json"], "dlvirt aggregate: /nonexistent/run.json: No such file"),
+    (["aggregate", "--output", "o.csv", "/nonexistent/run.json"],
+     "dlvirt aggregate: /nonexistent/run.json: No such file"),
     (["check-config", "/nonexistent/c.yaml"], "dlvirt check-config: config file /nonexistent/c.yaml: cannot be read"),
 ])
 def test_bad_input_is_one_line_naming_the_option_or_file(argv, message, capsys):

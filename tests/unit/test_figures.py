@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import matplotlib
+import numpy as np
 import pytest
 
 from conftest import CASES, SUMMARIES, plan_document, tool_env
@@ -24,9 +25,11 @@ def texts(fig) -> str:
 def test_missing_panels_say_why():
     summary, host, _ = CASES["partial"]
     plan = plan_of("partial")
-    gpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["GPU"], title="t", host=host, plan=plan)
+    gpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["GPU"], title="t", host=host,
+                                      plan=plan)
     assert "not measured on this host" in texts(gpu) and "no GPU on this host" in texts(gpu)
-    cpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["CPU"], title="t", host=host, plan=plan)
+    cpu = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", processors=["CPU"], title="t", host=host,
+                                      plan=plan)
     assert "CN, VM, VMCN, MVM" in texts(cpu) and "platform CN is not implemented" in texts(cpu)
     assert "app sr: not in study.apps" in texts(figures.phases_figure(summary, app="sr", plan=plan))
     assert "platform MVM is not implemented" in texts(figures.mvm_figure(summary, host=host, plan=plan, platform="MVM"))
@@ -77,9 +80,10 @@ def test_e2e_vs_cores_marks_the_first_level_spanning_two_sockets(tmp_path):
     fig = figures.e2e_vs_cores_figure(summary, tool="mlperf", app="ic", title="t", plan=plan_of("full"))
     assert "span >1 socket/NUMA node" in texts(fig)
     levels = sorted(frame["cores"].unique())
-    marks = [line.get_xdata()[0] for line in fig.axes[0].lines if line.get_linestyle() == ":"]
+    marks = [np.asarray(line.get_xdata())[0] for line in fig.axes[0].lines if line.get_linestyle() == ":"]
     assert marks == [levels.index(4) - 0.5]
-    plain = figures.e2e_vs_cores_figure(SUMMARIES / "full.csv", tool="mlperf", app="ic", title="t", plan=plan_of("full"))
+    plain = figures.e2e_vs_cores_figure(SUMMARIES / "full.csv", tool="mlperf", app="ic", title="t",
+                                        plan=plan_of("full"))
     assert "span >1 socket" not in texts(plain)
     matplotlib.pyplot.close("all")
 

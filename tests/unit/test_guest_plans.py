@@ -27,7 +27,7 @@ def test_default_config_leaves_emulated_guests_out_with_a_reason():
               "apps": {"ic": {}}}
     plan = expand(config, caps)
     assert plan.jobs == []
-    reasons = dict(plan.left_out)
+    reasons = {gap.what: gap.why for gap in plan.left_out}
     assert set(reasons) == {"VM/1/VNL/CPU", "MVM/1/VNL/CPU"}
     assert all("no vmx/svm" in why and "allow_emulation: true" in why for why in reasons.values())
     plan = expand({**config, "allow_emulation": True}, caps)

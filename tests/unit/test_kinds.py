@@ -42,8 +42,8 @@ def test_the_schema_enums_are_the_registries():
 def test_each_kind_is_declared_once_and_consistently():
     for name, cls in PLATFORM_CLASSES.items():
         assert cls.name == cls.kind.name == name
-    for name, cls in APP_CLASSES.items():
-        assert cls.name == cls.kind.name == name and cls.framework == cls.kind.framework
+    for name, app_cls in APP_CLASSES.items():
+        assert app_cls.name == app_cls.kind.name == name and app_cls.framework == app_cls.kind.framework
     orders = [k.order for k in PLATFORM_KINDS.values()]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
     assert len({k.colour for k in PLATFORM_KINDS.values()}) == len(PLATFORM_KINDS)

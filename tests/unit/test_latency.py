@@ -78,7 +78,7 @@ def job(tool: str, **loadgen: Any) -> HarnessJob:
 
 def test_single_stream_issues_one_query_at_a_time_and_keeps_the_percentiles(tmp_path):
     app = SleepyApp()
-    record = harness.run_repetition(app, job("mlperf-SingleStream"), 0, tmp_path, scenario="SingleStream")
+    record = harness.run_repetition(app, job("mlperf-SingleStream"), 0, tmp_path, scenario="SingleStream")  # type: ignore[arg-type]  # a stand-in app
     lg = record.loadgen
     assert lg["scenario"] == "SingleStream" and lg["queries"] == 24 and record.samples == 24
     assert set(app.batches) == {1}  # one sample in flight: every batch is that one sample
@@ -99,7 +99,7 @@ def test_server_batches_what_has_arrived_through_the_same_pipeline(tmp_path, ove
                       post_thread=overlap, sharing="split" if overlap else "alternate")
     app = SleepyApp(batch_infer_s=0.02, plan=plan)
     # 400 queries/s against a server that takes 20 ms a batch: queries queue, batches fill up
-    record = harness.run_repetition(app, job("mlperf-Server"), 0, tmp_path, scenario="Server",
+    record = harness.run_repetition(app, job("mlperf-Server"), 0, tmp_path, scenario="Server",  # type: ignore[arg-type]  # a stand-in app
                                     target_qps=(400.0, "configured"))
     lg = record.loadgen
     assert lg["scenario"] == "Server" and record.samples == 24 == sum(app.batches)

@@ -1,6 +1,7 @@
 """Expanding the matrix against a described host (no host probing here: capabilities are given)."""
 
 import copy
+from typing import Any
 
 import pytest
 import yaml
@@ -37,7 +38,7 @@ def test_host_lacks_left_out_with_reason_or_error_when_strict():
     matrix = [{"platforms": ["BM"], "cores": [2, 64], "pinning": ["PIN"], "processors": ["CPU", "GPU"]}]
     plan = expand(config(matrix), host(2))
     assert names(plan) == ["BM/2/PIN/CPU"]
-    reasons = dict(plan.left_out)
+    reasons = {gap.what: gap.why for gap in plan.left_out}
     assert "64 cores requested, host has 2" in reasons["BM/64/PIN/CPU"]
     assert "no GPU" in reasons["BM/2/PIN/GPU"]
     with pytest.raises(ConfigError, match="strict: true"):
@@ -75,7 +76,7 @@ def test_mvm_with_pin_or_gpu_is_a_config_error_naming_the_key(field, value, key)
 
 
 def test_replicates_are_interleaved_rounds_in_a_seeded_order():
-    config = {"strict": False, "host_check": False, "allow_emulation": False, "platforms": {},
+    config: dict[str, Any] = {"strict": False, "host_check": False, "allow_emulation": False, "platforms": {},
               "study": {"apps": ["ic"], "tools": ["mlperf"], "repetitions": 3, "replicates": 3, "order_seed": 7,
                         "matrix": [{"platforms": ["BM", "CN"], "cores": [1, 2, 4], "pinning": ["VNL"],
                                     "processors": ["CPU"]}]},

@@ -76,9 +76,7 @@ def test_config_check_fits_the_largest_planned_platform_into_the_host(tmp_path, 
 
 
 def _platform(cls, scenario: str, tmp_path: Path, **settings):
-    platform, cores, pinning, processor = scenario.split("/")
-    return cls(Scenario(platform, int(cores), pinning, processor), {"memory_mib": 8192, **settings},
-               tmp_path / "w", "1-abc")
+    return cls(Scenario.parse(scenario), {"memory_mib": 8192, **settings}, tmp_path / "w", "1-abc")
 
 
 def _booted(guest, tmp_path: Path):

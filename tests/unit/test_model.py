@@ -1,6 +1,7 @@
 """The launch-level model and the verdict rules' tests, checked against statsmodels' and scipy's own."""
 
 import math
+from collections.abc import Hashable
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ def test_contrasts_are_what_statsmodels_t_test_gives():
     data = launches(study())
     model = Model(data)
     assert model.df == 12 - 4 - 2
-    weights = {0: 0.5, 1: 0.5, 2: -1.0}
+    weights: dict[Hashable, float] = {0: 0.5, 1: 0.5, 2: -1.0}
     vector = np.zeros(model.x.shape[1])
     vector[[0, 1, 2]] = [0.5, 0.5, -1.0]
     test = model.fit.t_test(vector[None, :])

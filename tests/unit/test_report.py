@@ -47,8 +47,8 @@ def test_report_is_self_contained(built_report):
     assert "no GPU on this host" in html  # the plan's left-out reasons
     # machine time: measured from the run records' repetitions beside what the plan projected
     assert re.search(rf"Machine time: [0-9.]+ (min|h) measured over {len(RUNS)} launch\(es\)", html)
-    assert "when the plan was written: projected from 3 run record(s): adaptive repetitions 1.50 h, 1 of 4 job(s) unknown" \
-        in html
+    assert ("when the plan was written: projected from 3 run record(s): adaptive repetitions 1.50 h, "
+            "1 of 4 job(s) unknown") in html
 
 
 # Added to a copy of the report only: after load, record each image's decoded size in the DOM.

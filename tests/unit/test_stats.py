@@ -120,7 +120,8 @@ def test_summary_splits_mvm_rows_by_vmm(tmp_path):
     paths = []
     for i, vmm in enumerate(["qemu-microvm", "firecracker", "qemu-microvm"]):
         path = tmp_path / f"{i}.json"
-        one = dataclasses.replace(launch([run(1.0), run(1.1), run(1.05)], platform="MVM", vmm=vmm), run_id=f"launch-{i}")
+        one = dataclasses.replace(launch([run(1.0), run(1.1), run(1.05)], platform="MVM", vmm=vmm),
+                                  run_id=f"launch-{i}")
         path.write_text(json.dumps(one.to_dict()))
         paths.append(path)
     frame = summarise(paths).set_index("vmm")

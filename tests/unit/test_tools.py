@@ -197,7 +197,12 @@ def test_the_launch_loop_asks_the_tool(tmp_path, monkeypatch, own_model):
     tool = _fake_tool(own_model)
     apps: list[_FakeApp] = []
     monkeypatch.setattr(launch, "tool_class", lambda name: tool)
-    monkeypatch.setattr(launch, "app_class", lambda name: lambda *a, **k: apps.append(_FakeApp(*a, **k)) or apps[-1])
+
+    def make_app(*args, **kwargs):
+        apps.append(_FakeApp(*args, **kwargs))
+        return apps[-1]
+
+    monkeypatch.setattr(launch, "app_class", lambda name: make_app)
     job = HarnessJob(tool="fake", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
                      repetitions=2, warmup_repetitions=1, threads="granted", batch_size=4, loadgen={},
                      app_settings={}, dataset_dir=str(tmp_path), run_id="1-test")

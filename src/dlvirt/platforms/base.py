@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
@@ -278,7 +278,7 @@ class Platform(ABC):
         ready = (harness.timeline or {}).get("ready_unix")
         return None if ready is None else ready - run_started_unix
 
-    def __enter__(self) -> Platform:
+    def __enter__(self) -> Self:
         try:
             self.provision()
         except BaseException:
