@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import compare_scenarios, compare_study
+from conftest import FIXTURES, compare_scenarios, compare_study
 from dlvirt.analysis.aggregate import write_summary
 from dlvirt.analysis.compare import ALIKE, INCONCLUSIVE, REFUSED, SLOWER
 from dlvirt.cli import main
@@ -119,6 +119,21 @@ def test_a_deliberately_slowed_scenario_is_marked_in_the_summary_and_named_as_a_
     assert found["deliberately slowed rows"][0] == "none"
     assert "CN/1/VNL/CPU (deliberately slowed: CFS quota 0.5" in found["deliberately slowed rows"][1]
     assert isinstance(load(a), Results)
+
+
+def test_how_busy_the_machine_was_is_among_the_facts():
+    """A loaded machine explains a ratio no version or setting does: the cores other processes used
+    during the repetitions (others_cpu_s / E2E) and the steal time, from the run records."""
+    from dlvirt.analysis.compare import _load
+
+    template = JobResult.read(FIXTURES / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
+    runs = [dataclasses.replace(template.runs[0], e2e_s=2.0, telemetry={"others_cpu_s": o, "steal_pct": 1.0,
+                                                                        "voluntary_ctx": 0, "involuntary_ctx": 0})
+            for o in (1.0, 3.0)]
+    found = _load([dataclasses.replace(template, runs=runs)])
+    assert found["cores other processes used during the repetitions (mean)"] == "1.00"
+    assert found["steal time during the repetitions (mean %)"] == "1.0"
+    assert set(_load([template]).values()) == {None}  # not recorded: not listed as a difference
 
 
 def test_latency_rows_are_compared_on_p99_and_early_stopping_alone_sets_none_aside(tmp_path):

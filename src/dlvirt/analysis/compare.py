@@ -258,6 +258,18 @@ def _versions(records: list[JobResult]) -> dict[str, str]:
     return {f"package {name} (run records)": ", ".join(sorted(v)) for name, v in seen.items()}
 
 
+def _load(records: list[JobResult]) -> dict[str, str | None]:
+    """How busy the machine was around the repetitions, from their telemetry: the cores other
+    processes used meanwhile (others_cpu_s / E2E) and the steal time; a shared or loaded machine
+    explains a ratio that no version or setting does."""
+    seen = [(r.telemetry, r.e2e_s) for record in records for r in record.runs if r.telemetry and r.e2e_s > 0]
+    others = [t["others_cpu_s"] / e2e for t, e2e in seen if t.get("others_cpu_s") is not None]
+    steal = [t["steal_pct"] for t, _ in seen if t.get("steal_pct") is not None]
+    return {"cores other processes used during the repetitions (mean)": f"{sum(others) / len(others):.2f}"
+            if others else None,
+            "steal time during the repetitions (mean %)": f"{sum(steal) / len(steal):.1f}" if steal else None}
+
+
 def facts(results: Results) -> dict[str, Any]:
     """What about a study's machine and code could change its times."""
     h = results.host
@@ -284,6 +296,7 @@ def facts(results: Results) -> dict[str, Any]:
         **_engines(h),
         **{f"package {k}": v for k, v in (h.get("packages") or {}).items()},
         **_versions(results.records),
+        **_load(results.records),
     }
 
 
