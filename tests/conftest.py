@@ -512,3 +512,60 @@ def noop_dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("noop-dataset")
     NoopApp.prepare_dataset(out, NOOP_SETTINGS)
     return out
+
+
+# -- Ctrl-C at a point of a job's life (the runners' stop paths: CN, CN on a stand-in engine, guests)
+
+@dataclasses.dataclass
+class Interrupted:
+    pid: int
+    returncode: int
+    took_s: float       # from the signals to the exit
+    lines: list[str]    # everything it printed
+
+
+def interrupt_at(argv: list[str], point: str, pattern: str, signals: tuple[int, ...], *, reach_s: float,
+                 stop_s: float, env: dict[str, str] | None = None, dump_stacks: bool = True,
+                 what: str = "the job") -> Interrupted:
+    """Start ``argv`` with SIGINT ignored (as a non-interactive shell starts anything in the
+    background: the suite once lost a Ctrl-C so), read its output to the end on a thread (a full pipe
+    would stall it) and, once a line matches ``pattern`` (the ``point`` of its life), send ``signals``
+    at once. Still running ``stop_s`` later, it gets SIGABRT first where ``dump_stacks`` (with
+    PYTHONFAULTHANDLER set, every thread's stack lands in its output) and the test fails with its
+    last output; killed at the end either way."""
+    import re
+    import threading
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    reached = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if re.search(pattern, line):
+                reached.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(timeout=reach_s), f"{what} never got {point}:\n{''.join(lines[-20:])}"
+        signalled = time.monotonic()
+        for number in signals:
+            proc.send_signal(number)
+        try:
+            returncode = proc.wait(timeout=stop_s)
+        except subprocess.TimeoutExpired:
+            if dump_stacks:
+                proc.send_signal(signal.SIGABRT)
+                proc.wait(timeout=30)
+            reader.join(timeout=10)
+            pytest.fail(f"{what} still running {stop_s:g} s after {point}; its last output:\n{''.join(lines[-80:])}")
+        took = time.monotonic() - signalled
+    finally:
+        proc.kill()
+        proc.wait()
+        reader.join(timeout=10)
+    return Interrupted(proc.pid, returncode, took, lines)

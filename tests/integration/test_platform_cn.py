@@ -11,10 +11,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from conftest import IC_SETTINGS, copy_workflow, ic_job_spec, smoke_config, snakemake, write_config
+from conftest import IC_SETTINGS, copy_workflow, ic_job_spec, interrupt_at, smoke_config, snakemake, write_config
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.core.owner import new_run_id
 from dlvirt.core.records import JobSpec
@@ -238,39 +236,11 @@ def test_ctrl_c_removes_the_container_and_counts_nothing(engine, cn_image, ic_da
     background (the suite once lost a Ctrl-C so): the runner must stop on it all the same, at
     every point of its life, quickly, leaving no container, no result and no work directory."""
     job = cn_spec(ic_dataset, cn_image, 1, "PIN", repetitions=200)
-    bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
-                              "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    reached = threading.Event()
-    lines: list[str] = []
-
-    def read() -> None:  # reads to the end: a full pipe would stall the job
-        for line in bench.stdout:
-            lines.append(line)
-            if re.search(INTERRUPT_POINTS[point], line):
-                reached.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert reached.wait(timeout=300), f"the job never got {point}:\n{''.join(lines[-20:])}"
-        signalled = time.monotonic()
-        for number in signals:
-            bench.send_signal(number)
-        try:
-            returncode = bench.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            bench.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack into the output
-            bench.wait(timeout=30)
-            reader.join(timeout=10)
-            pytest.fail(f"CN job still running 60 s after {point}; its last output:\n{''.join(lines[-80:])}")
-        took = time.monotonic() - signalled
-    finally:
-        bench.kill()
-        bench.wait()
-        reader.join(timeout=10)
+    bench = interrupt_at([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
+                          "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
+                         point, INTERRUPT_POINTS[point], signals, reach_s=300, stop_s=60,
+                         env={**os.environ, "PYTHONFAULTHANDLER": "1"}, what="the CN job")
+    returncode, took, lines = bench.returncode, bench.took_s, bench.lines
     print(f"CN job stopped after {took:.1f} s by {'+'.join(signal.Signals(n).name for n in signals)} {point}")
     assert returncode != 0
     assert took < 30, f"the job took {took:.1f} s to stop after {point}"

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 from snakemake.utils import validate
 
-from conftest import REPO, copy_workflow, ic_job_spec, smoke_config, snakemake, write_config
+from conftest import REPO, copy_workflow, ic_job_spec, interrupt_at, smoke_config, snakemake, write_config
 from dlvirt.apps import app_class
 from dlvirt.core.owner import new_run_id
 from dlvirt.core.scenario import Scenario
@@ -179,31 +178,9 @@ with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), {settings(probe_image)!r}, Path({
     print(mvm.domain_name, flush=True)
     mvm.execute("sleep 100000\\n", timeout_s=3000)
 """
-    runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    name = runner.stdout.readline().strip()
-    reached = threading.Event()
-    lines: list[str] = []
-
-    def read() -> None:  # reads to the end: a full pipe would stall the job
-        for line in runner.stdout:
-            lines.append(line)
-            if re.search(GUEST_POINTS[point], line):
-                reached.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert reached.wait(timeout=600), f"the guest job never got {point}:\n{''.join(lines[-20:])}"
-        signalled = time.monotonic()
-        for number in signals:
-            runner.send_signal(number)
-        returncode = runner.wait(timeout=60)
-        took = time.monotonic() - signalled
-    finally:
-        runner.kill()
-        runner.wait()
-        reader.join(timeout=10)
+    runner = interrupt_at([sys.executable, "-c", code], point, GUEST_POINTS[point], signals, reach_s=600, stop_s=60,
+                          dump_stacks=False, what="the guest job")
+    name, returncode, took = runner.lines[0].strip(), runner.returncode, runner.took_s
     assert returncode != 0 and took < 30, f"stopped after {took:.1f} s with status {returncode}"
     assert _guest_processes(name) == []
     assert not list(guest.DEFAULT_WORK_DIR.glob(f"{name}-*"))

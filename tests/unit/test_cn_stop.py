@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
 import fake_docker
-from conftest import IC_SETTINGS, REPO, ic_job_spec
+from conftest import IC_SETTINGS, REPO, ic_job_spec, interrupt_at
 
 SRC = str(REPO / "src")
 POINTS = {
@@ -43,42 +39,15 @@ def test_ctrl_c_stops_the_cn_runner_at_once_and_removes_its_container(tmp_path, 
         "memory_mib": 1024, "image": "dlvirt-cn:fake", "engine": {"host": f"unix://{tmp_path / 'docker.sock'}"}},
         scenario={"platform": "CN", "cores": 1, "pinning": "PIN", "processor": "CPU"})
     assert job.app_settings == IC_SETTINGS
-    bench = subprocess.Popen([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
-                              "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "PYTHONPATH": SRC, "PYTHONFAULTHANDLER": "1"},
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    reached = threading.Event()
-    lines: list[str] = []
-
-    def read() -> None:
-        assert bench.stdout is not None
-        for line in bench.stdout:
-            lines.append(line)
-            if re.search(POINTS[point], line):
-                reached.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     try:
-        assert reached.wait(timeout=60), f"the job never got {point}:\n{''.join(lines[-20:])}"
-        signalled = time.monotonic()
-        for number in signals:
-            bench.send_signal(number)
-        try:
-            returncode = bench.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            bench.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack into the output
-            bench.wait(timeout=10)
-            reader.join(timeout=5)
-            pytest.fail(f"the runner still ran 10 s after {point}:\n{''.join(lines[-80:])}")
-        took = time.monotonic() - signalled
+        bench = interrupt_at([sys.executable, "-m", "dlvirt", "bench", "--spec", json.dumps(job.to_dict()),
+                              "--output", str(tmp_path / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
+                             point, POINTS[point], signals, reach_s=60, stop_s=10,
+                             env={**os.environ, "PYTHONPATH": SRC, "PYTHONFAULTHANDLER": "1"}, what="the runner")
     finally:
-        bench.kill()
-        bench.wait()
-        reader.join(timeout=5)
         engine.shutdown()
         engine.server_close()
+    returncode, took = bench.returncode, bench.took_s
     assert returncode != 0
     assert took < 5, f"{took:.1f} s to stop after {point}"
     assert not (tmp_path / "r.json").exists() and not list(tmp_path.glob(".work-*"))

@@ -60,36 +60,34 @@ except SystemExit as exc:
 """
 
 
-def test_one_signal_waits_for_the_held_step_then_stops_the_job():
-    proc = _start(HELD)
-    proc.send_signal(signal.SIGINT)
+def _output_after(code: str, *steps: signal.Signals | float) -> list[str]:
+    """``code`` started as ``_start`` starts it, then ``steps`` in order (a signal: sent to it; a
+    number: seconds to wait first); the lines it printed after 'ready'."""
+    proc = _start(code)
+    for step in steps:
+        if isinstance(step, signal.Signals):
+            proc.send_signal(step)
+        else:
+            time.sleep(step)
     out, _ = proc.communicate(timeout=30)
-    assert out.splitlines() == ["step done", "interrupted"]
+    return out.splitlines()
+
+
+def test_one_signal_waits_for_the_held_step_then_stops_the_job():
+    assert _output_after(HELD, signal.SIGINT) == ["step done", "interrupted"]
 
 
 def test_sigterm_is_held_too_and_ends_the_job_as_sigterm():
-    proc = _start(HELD)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    assert out.splitlines() == ["step done", "terminated 143"]
+    assert _output_after(HELD, signal.SIGTERM) == ["step done", "terminated 143"]
 
 
 def test_sigint_and_sigterm_together_are_one_stop_that_waits_for_the_step():
     """Ctrl-C under Snakemake: SIGINT from the terminal, SIGTERM forwarded by dlvirt.run.interrupt."""
-    proc = _start(HELD)
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    assert out.splitlines() == ["step done", "interrupted"]
+    assert _output_after(HELD, signal.SIGINT, signal.SIGTERM) == ["step done", "interrupted"]
 
 
 def test_the_same_signal_twice_cuts_a_held_step_short():
-    proc = _start(HELD)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
-    assert out.splitlines() == ["interrupted"]
+    assert _output_after(HELD, signal.SIGINT, 0.3, signal.SIGINT) == ["interrupted"]
 
 
 def test_a_job_started_after_snakemake_was_interrupted_is_stopped_too(tmp_path):
@@ -140,12 +138,7 @@ except KeyboardInterrupt:
 
 
 def test_a_second_different_stop_signal_does_not_cut_the_teardown_the_first_began():
-    proc = _start(UNHELD)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    assert out.splitlines() == ["teardown done"]
+    assert _output_after(UNHELD, signal.SIGINT, 0.5, signal.SIGTERM) == ["teardown done"]
 
 
 
