@@ -92,7 +92,8 @@ install_python() {
     tmp=$(mktemp -d)
     "$py" -m venv "$tmp/venv"
     "$tmp/venv/bin/pip" install -q --upgrade pip
-    "$tmp/venv/bin/pip" install -q --dry-run --ignore-installed --report "$tmp/report.json" "${PIP_OPTS[@]}" -r "$LOCK"
+    "$tmp/venv/bin/pip" install -q --dry-run --ignore-installed --require-hashes --report "$tmp/report.json" \
+      "${PIP_OPTS[@]}" -r "$LOCK"
     echo "setup: $LOCK resolves: $("$tmp/venv/bin/python" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["install"]))' "$tmp/report.json") packages (dry run: nothing installed)"
     rm -rf "$tmp"
     return 0
@@ -109,7 +110,8 @@ install_python() {
   want=$(cat "$LOCK" pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q "${PIP_OPTS[@]}" -r "$LOCK"
+    # every archive checked against the lock's sha256s (envs/lock.py writes them)
+    "$venv/bin/pip" install -q --require-hashes "${PIP_OPTS[@]}" -r "$LOCK"
     "$venv/bin/pip" install -q --no-deps --no-build-isolation -e .
     "$venv/bin/python" -m ipykernel install --sys-prefix >/dev/null
     echo "$want" > "$stamp"

@@ -168,10 +168,19 @@ def resolve_wheelhouse(root: Path, context: Path) -> None:
         extra = [] if local else ["--extra-index-url", TORCH_CPU_INDEX]
         if LOCAL_WHEELS.is_dir():
             extra += ["--find-links", str(LOCAL_WHEELS)]
+    # the lock's hashes check every archive downloaded here (pip's hash-checking mode)
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", *extra, "-w", str(wheelhouse), "-r", str(requirements)],
          env=env)
-    shutil.copy2(requirements, context / "requirements.txt")
+    (context / "requirements.txt").write_text(pins_only(requirements))
     stamp.write_text(want + "\n")
+
+
+def pins_only(lock: Path) -> str:
+    """The lock's ``name==version`` lines without their ``--hash`` options: what an install from the
+    wheelhouse pins. Its wheels were checked against the hashes as they were downloaded; a wheel
+    built here from a checked sdist has a hash of its own, which the lock cannot know."""
+    text = lock.read_text().replace("\\\n", " ")
+    return "".join(line.split()[0] + "\n" for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
 def build_package(root: Path, context: Path) -> None:

@@ -211,12 +211,14 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 def _install_python_stack(rootfs: Path, wheelhouse: Path, requirements: Path, only: tuple[str, ...]) -> None:
     """A venv at GUEST_VENV with ``only`` and their dependencies at the versions of the lock
     ``requirements``, installed offline from the wheelhouse."""
+    from dlvirt.platforms.container_image import pins_only
+
     if not wheelhouse.is_dir() or not any(wheelhouse.glob("*.whl")):
         raise ImageError(f"wheelhouse {wheelhouse} has no wheels")
     staged = rootfs / "tmp" / "wheelhouse"
     same_fs = wheelhouse.stat().st_dev == rootfs.stat().st_dev
     shutil.copytree(wheelhouse, staged, copy_function=os.link if same_fs else shutil.copy2)
-    shutil.copy2(requirements, staged / "requirements.txt")
+    (staged / "requirements.txt").write_text(pins_only(requirements))  # its wheels were checked as fetched
     try:
         _chroot(rootfs, "python3", "-m", "venv", GUEST_VENV)
         _chroot(rootfs, f"{GUEST_VENV}/bin/pip", "install", "--no-index", "--no-cache-dir", "--find-links",
