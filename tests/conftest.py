@@ -329,25 +329,35 @@ def assert_rendered(png: Path, pdf: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def built_report(tmp_path_factory) -> dict[str, Path]:
-    """Figures, tables, claims and the report from the fixtures, built once per test module."""
-    from dlvirt.analysis.catalog import FIGURES
+def built_tables(tmp_path_factory) -> dict[str, Path]:
+    """Tables and claims from the fixtures (no figures), built once per test module."""
     from dlvirt.analysis.claims import write_claims
-    from dlvirt.analysis.report import write_report
     from dlvirt.analysis.tables import write_tables
 
     out = tmp_path_factory.mktemp("report")
     summary, host, gaps = CASES["full"]
-    for spec in FIGURES:
-        run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", parameters(spec, "full", out))
     plan = write_plan(out / "plan.json", CASES["partial"][2],
                       estimate={"records": 3, "jobs": 4, "unknown_jobs": 1, "fixed_s": None, "adaptive_s": 5400.0})
     paths = {"summary": summary, "host": host, "plan": plan, "claims": out / "claims.csv",
              "table1": out / "table1.csv", "table2": out / "table2.csv"}
     write_tables(RUNS, host, plan, paths["table1"], paths["table2"])
     write_claims(summary, host, plan, paths["claims"])
+    return {**paths, "dir": out}
+
+
+@pytest.fixture(scope="module")
+def built_report(built_tables) -> dict[str, Path]:
+    """Every figure (each notebook on the full fixture, in-process), then the report with the tables
+    and claims of ``built_tables``, built once per test module."""
+    from dlvirt.analysis.catalog import FIGURES
+    from dlvirt.analysis.report import write_report
+
+    out = built_tables["dir"]
+    for spec in FIGURES:
+        run_notebook_in_process(REPO / "notebooks" / f"{spec.notebook_name}.ipynb", parameters(spec, "full", out))
+    paths = {key: value for key, value in built_tables.items() if key != "dir"}
     write_report(out / "report.html", figures={s.id: out / f"{s.id}.png" for s in FIGURES}, runs=RUNS, **paths)
-    return {**paths, "report": out / "report.html", "dir": out}
+    return {**built_tables, "report": out / "report.html"}
 
 
 def jobs_that_would_run(workdir, *args):

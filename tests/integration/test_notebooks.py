@@ -1,7 +1,7 @@
 """Every figure notebook runs on the fixture summaries: a full study, one missing platforms/GPU/edge
 (a 2-core host without GPU or KVM, and no boot_s/site columns), and an empty one; and papermill runs
 a notebook as the workflow does, in a Jupyter kernel. (Each notebook once, in-process, in the
-report: tests/unit/test_report.py; the figure code without notebooks: tests/unit/test_figures.py.)"""
+report: tests/integration/test_report_rendered.py; the figure code without notebooks: tests/unit/test_figures.py.)"""
 
 import json
 import subprocess

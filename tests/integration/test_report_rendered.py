@@ -1,5 +1,6 @@
-"""The HTML report opened in a real headless Chromium, the workflow's short targets for figures,
-tables, claims and the report (snakemake -n), and the captions of Snakemake's own report."""
+"""The self-contained HTML report with every figure, and opened in a real headless Chromium; the
+workflow's short targets for figures, tables, claims and the report (snakemake -n); the captions of
+Snakemake's own report."""
 
 import base64
 import json
@@ -10,8 +11,32 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHROMIUM_FLAGS, REPO, jobs_that_would_run, smoke_config, snakemake, write_config
+from conftest import CHROMIUM_FLAGS, REPO, RUNS, jobs_that_would_run, smoke_config, snakemake, write_config
 from dlvirt.analysis.catalog import FIGURES, LATENCY_FIGURES
+
+
+def test_report_is_self_contained(built_report):
+    html = built_report["report"].read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html)
+    assert "<link" not in html and "<script" not in html
+    assert html.count('<img src="data:image/png;base64,') == len(FIGURES)
+    for spec in FIGURES:
+        assert f'id="{spec.id}"' in html
+    for heading in ("The paper's claims on this host", "Phase breakdown per app", "What was left out, and why",
+                    "Table 1", "Table 2", "Provenance"):
+        assert heading in html
+    assert "inputs are synthetic" in html and "random weights" in html
+    assert "Rows with fewer than 2 launches" in html  # the claims' evidence rule, as the code applies it
+    assert "The paper's Table I as this study ran it" in html and "The paper's Table II as measured" in html
+    assert "no GPU on this host" in html  # the plan's left-out reasons
+    # machine time: measured from the run records' repetitions beside what the plan projected
+    assert re.search(rf"Machine time: [0-9.]+ (min|h) measured over {len(RUNS)} launch\(es\)", html)
+    assert ("when the plan was written: projected from 3 run record(s): adaptive repetitions 1.50 h, "
+            "1 of 4 job(s) unknown") in html
+
+
+# Added to a copy of the report only: after load, record each image's decoded size in the DOM.
+
 
 IMAGE_PROBE = """<script>window.addEventListener("load", () => { document.body.setAttribute("data-images",
   JSON.stringify([...document.images].map(i => [i.alt.split(":")[0], i.complete, i.naturalWidth, i.naturalHeight])));

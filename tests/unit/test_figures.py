@@ -1,6 +1,6 @@
 """Figures from fixture summaries without a notebook: what each panel draws or says is missing,
 normalisation, row selection (every notebook rendered on every fixture:
-tests/integration/test_notebooks.py; each once, in the report: tests/unit/test_report.py)."""
+tests/integration/test_notebooks.py; each once, in the report: tests/integration/test_report_rendered.py)."""
 
 import subprocess
 import sys
