@@ -112,6 +112,14 @@ def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_da
     assert observed["placement"] == {**observed["placement"], "mems": [0], "sockets": 1, "nodes": 1}
     assert observed["virtualization"]["vm"] == guest.VM_TYPE[facts["accel"]]
     assert facts["accel"] == guest.planned_accel(CAPS) and facts["boot_s"] > 0
+    # libvirt ran QEMU as libvirt-qemu from its start: its /proc status read from the host while the
+    # guest ran; the shared image stayed root's (reached through a link: the test's temp dir is 0700)
+    qemu_user = pwd.getpwnam("libvirt-qemu").pw_uid
+    seen = facts["host_observed"]["vmm_process"]
+    assert (seen["uid"], seen["euid"], seen["cap_eff"]) == (qemu_user, qemu_user, "0" * 16), seen
+    assert facts["vmm_confinement"].startswith("libvirt runs QEMU as libvirt-qemu")
+    assert all(os.stat(probe_image / f).st_uid == 0 for f in ("rootfs.img", "vmlinuz", "initrd.img"))
+    assert set(facts["vmm_inputs"]) == {"rootfs.img", "vmlinuz", "initrd.img"}, facts["vmm_inputs"]
     assert_nothing_left(vm)
 
 

@@ -88,7 +88,7 @@ def _booted(guest, tmp_path: Path):
 
 def test_vm_domain_has_study_memory_plus_the_overhead(tmp_path):
     vm = _booted(_platform(VirtualMachine, "VM/1/VNL/CPU", tmp_path), tmp_path)
-    vm.gpu_pci = None
+    vm.gpu_pci, vm.qemu_user = None, (999, 994)  # libvirt-qemu's uid, kvm's gid (provision looks them up)
     dom = ET.fromstring(vm.domain_definition("tcg", tmp_path / "r.qcow2", tmp_path / "j.img", tmp_path / "c"))
     assert (dom.find("memory").get("unit"), dom.findtext("memory")) == ("MiB", "8704")
     # pinned over two host nodes: the guest's NUMA cells share out the same RAM

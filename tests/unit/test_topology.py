@@ -137,7 +137,7 @@ def _pinned_domain(tmp_path: Path, placement: topology.Placement, memory_mib: in
     xml = domain_xml(name="dlvirt-1-abc", accel="kvm", vcpus=len(placement.cpus), memory_mib=memory_mib,
                      kernel=tmp_path / "k", initrd=tmp_path / "i", cmdline="console=ttyS0",
                      root_disk=tmp_path / "r.qcow2", job_disk=tmp_path / "j.img", console=tmp_path / "c.log",
-                     placement=placement)
+                     qemu_user=(999, 994), placement=placement)
     return ET.fromstring(xml)
 
 

@@ -42,10 +42,16 @@ from dlvirt.system.observe import privileges
 
 GUEST_JOB_DIR = "/job"
 # Each guest's disks (copy-on-write root, job disk) and console live in a folder
-# <work_dir>/dlvirt-<run id>-<random> (mkdtemp): one machine-wide private place (root's, 0700, checked
+# <work_dir>/dlvirt-<run id>-<random> (mkdtemp, 0700): in one machine-wide private place (root's, checked
 # on every use: dlvirt.system.private), so the next workflow's cleanup finds those of a killed runner.
-# Not under /run: there it would be RAM on most hosts, and a job disk holds the dataset.
+# Not under /run: there it would be RAM on most hosts, and a job disk holds the dataset. The place is
+# 0711 (nobody else may list or write it): libvirt's QEMU, which runs as VMM_USER, must reach its
+# job's folder below it.
 DEFAULT_WORK_DIR = Path("/var/lib/dlvirt/guests")
+WORK_DIR_MODE = 0o711
+# The user a VMM runs as (setup.sh install creates it): libvirt's QEMU from its start (VM, VMCN),
+# MVM's QEMU once it has opened its files (-runas).
+VMM_USER = "libvirt-qemu"
 WORK_DIR_WHAT = "the guests' work directory (platforms.<VM|MVM|VMCN>.work_dir)"
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
 # What the host reads back of a guest's /out at most (the guest wrote it: nothing of it is trusted)
@@ -339,11 +345,16 @@ class GuestPlatform(Platform):
     def _stop_vmm(self) -> None:
         """Stop the guest now (idempotent)."""
 
+    def vmm_input(self, path: Path) -> Path:
+        """The path the VMM opens the shared, read-only input ``path`` (the base image, kernel,
+        initrd) by; a VMM that does not start as root gets one it can reach (VM)."""
+        return path
+
     def _root_disk(self, boot: BootFiles, dest: Path) -> Path:
         """A private copy-on-write root disk, so concurrent guests never share a writable disk."""
         disk = private.create_file(dest / "root.qcow2")
-        proc = _run_quiet(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(boot.rootfs),
-                           str(disk)])
+        proc = _run_quiet(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
+                           str(self.vmm_input(boot.rootfs)), str(disk)])
         if proc.returncode != 0:
             raise PlatformError(f"qemu-img create of the root disk failed: {proc.stderr.strip()}")
         return disk
@@ -384,7 +395,7 @@ class GuestPlatform(Platform):
         from dlvirt.system.hostinfo import capabilities
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._disk_dir = private.job_dir(self.work_root, f"{self.domain_name}-", WORK_DIR_WHAT)
+        self._disk_dir = private.job_dir(self.work_root, f"{self.domain_name}-", WORK_DIR_WHAT, WORK_DIR_MODE)
         self.caps = capabilities()
         self.boot_files = BootFiles.resolve(self.config, self.variant(), self.name)
         self.accel = planned_accel(self.caps)

@@ -22,12 +22,11 @@ from typing import Any
 
 from dlvirt.core.kinds import PlatformKind
 from dlvirt.platforms.base import PlatformError
-from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPlatform, kernel_cmdline
+from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, VMM_USER, GuestPlatform, kernel_cmdline
 from dlvirt.system.engine_versions import binary_version
 
 QEMU = "qemu-system-x86_64"
-# The user QEMU drops to once it has opened its disks, console and /dev/kvm as root (setup.sh creates it).
-VMM_USER = "libvirt-qemu"
+# QEMU drops to VMM_USER once it has opened its disks, console and /dev/kvm as root.
 # QEMU's seccomp filter: no obsolete system calls, no fork/exec, no scheduler or affinity changes.
 # set*uid stays allowed: QEMU 7.2 installs the filter before -runas drops root (with "deny" it dies
 # of SIGSYS); after the drop every uid is VMM_USER's and no capability is left to raise them.

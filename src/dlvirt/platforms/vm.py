@@ -12,15 +12,28 @@ TCG (``allow_emulation``).
 
 libvirtd and virtlogd are used when they answer; otherwise dlvirt starts them itself through
 ``dlvirt.system.engines`` and stops them when its last user is done.
+
+Confinement: libvirt runs QEMU as ``libvirt-qemu`` (``guest.VMM_USER``) from its start, by a static
+DAC label ``+uid:+gid`` (gid: the ``kvm`` group, which ``/dev/kvm`` belongs to; a static label gets no
+supplementary groups) with no relabelling: dlvirt itself hands QEMU exactly what it writes — its
+job's copy-on-write overlay, job disk and console, chowned to it, in a job folder (0710, group gid)
+it may only traverse. The shared base image, kernel and initrd stay root's and read-only to it (never
+chowned, so concurrent jobs never fight over them); where their own path is closed to that user (a
+0700 home or temp directory above them), the job folder gets a hard link to them (a copy on another
+file system). The host checks QEMU's uid, euid and capabilities in /proc while the guest runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import grp
 import os
+import pwd
 import re
+import shutil
 import socket
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +42,7 @@ from typing import Any
 from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms.base import Expected, PlatformError
-from dlvirt.platforms.guest import GuestPlatform, kernel_cmdline
+from dlvirt.platforms.guest import VMM_USER, GuestPlatform, kernel_cmdline
 from dlvirt.system import engine_versions, engines
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist
@@ -39,6 +52,40 @@ EMULATOR = "/usr/bin/qemu-system-x86_64"  # the <emulator> of every domain dlvir
 VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")
 QEMU_PIDFILES = Path("/run/libvirt/qemu")
 PCI_ADDRESS = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+KVM_GROUP = "kvm"
+JOB_FOLDER_MODE = 0o710  # the job folder: root's; QEMU (its group) may only traverse it
+READ, WRITE, SEARCH = 4, 2, 1
+
+
+def qemu_ids() -> tuple[int, int]:
+    """uid and gid libvirt runs QEMU as: VMM_USER, with the kvm group (VMM_USER's own without one)."""
+    try:
+        user = pwd.getpwnam(VMM_USER)
+    except KeyError:
+        raise PlatformError(f"no user {VMM_USER} for libvirt to run QEMU as (setup.sh install creates it)") from None
+    try:
+        return user.pw_uid, grp.getgrnam(KVM_GROUP).gr_gid
+    except KeyError:
+        return user.pw_uid, user.pw_gid
+
+
+def _may(info: os.stat_result, uid: int, gid: int, access: int) -> bool:
+    """Whether ``uid``:``gid`` (no supplementary groups) has ``access`` (READ|WRITE|SEARCH bits)."""
+    shift = 6 if info.st_uid == uid else 3 if info.st_gid == gid else 0
+    return (info.st_mode >> shift) & access == access
+
+
+def closed_to(path: Path, uid: int, gid: int, access: int) -> str | None:
+    """Why ``uid``:``gid`` cannot open ``path`` for ``access`` (None when it can): the first directory
+    on the way it may not search, or the file's own mode."""
+    path = Path(os.path.realpath(path))
+    for directory in (*reversed(path.parents), path.parent):
+        if not _may(os.stat(directory), uid, gid, SEARCH):
+            return f"its directory {directory} is closed to it (mode {stat.S_IMODE(os.stat(directory).st_mode):04o})"
+    info = os.stat(path)
+    if not _may(info, uid, gid, access):
+        return f"its mode {stat.S_IMODE(info.st_mode):04o} (owner uid {info.st_uid}, gid {info.st_gid}) denies it"
+    return None
 
 
 def quiet_libvirt() -> Any:
@@ -114,11 +161,12 @@ def guest_layout(placement: Placement) -> GuestLayout:
 
 
 def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Path, initrd: Path,
-               cmdline: str, root_disk: Path, job_disk: Path, console: Path,
+               cmdline: str, root_disk: Path, job_disk: Path, console: Path, qemu_user: tuple[int, int],
                placement: Placement | None = None, gpu_pci: dict[str, str] | None = None,
                emulator: str = EMULATOR) -> str:
     """The libvirt domain for one job: no network, serial console to a file, destroyed on
-    power-off, reboot or crash. ``placement``: a pinned VM (see the module docstring)."""
+    power-off, reboot or crash, QEMU run as ``qemu_user`` (uid, gid). ``placement``: a pinned VM
+    (see the module docstring)."""
     dom = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
     ET.SubElement(dom, "name").text = name
     ET.SubElement(dom, "memory", unit="MiB").text = str(memory_mib)
@@ -165,10 +213,10 @@ def domain_xml(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Pa
     if gpu_pci is not None:
         hostdev = ET.SubElement(devices, "hostdev", mode="subsystem", type="pci", managed="yes")
         ET.SubElement(ET.SubElement(hostdev, "source"), "address", attrib=gpu_pci)
-    # QEMU runs as root without relabelling: the shared base image behind every job's
-    # copy-on-write root disk must not be chowned back and forth by concurrent jobs.
+    # QEMU runs as qemu_user without relabelling: dlvirt chowns the job's own files to it, and the
+    # shared base image behind every job's copy-on-write root disk is never chowned back and forth.
     label = ET.SubElement(dom, "seclabel", type="static", model="dac", relabel="no")
-    ET.SubElement(label, "label").text = "+0:+0"
+    ET.SubElement(label, "label").text = f"+{qemu_user[0]}:+{qemu_user[1]}"
     return ET.tostring(dom, encoding="unicode")
 
 
@@ -201,6 +249,11 @@ class VirtualMachine(GuestPlatform):
         why = super().unavailable_reason(scenario, caps, config)
         if why is None and not caps.libvirt:
             why = "libvirtd is not installed (apt-get install libvirt-daemon libvirt-daemon-driver-qemu)"
+        if why is None:
+            try:
+                pwd.getpwnam(VMM_USER)
+            except KeyError:
+                why = f"no user {VMM_USER} for libvirt to run QEMU as (setup.sh install creates it)"
         settings = config.get("platforms", {}).get(cls.name, {})
         if why is None and scenario.processor == "GPU":
             why = passthrough_unavailable(settings, f"platforms.{cls.name}")
@@ -239,13 +292,52 @@ class VirtualMachine(GuestPlatform):
         self.domain: Any = None
         # libvirtd's version as the daemon reports it, QEMU's from the emulator the domain names
         self.engine_versions = engine_versions.libvirt_versions(self.conn, EMULATOR)
+        # QEMU's user must reach its job folder (root's, its group may only traverse it)
+        self.qemu_user = qemu_ids()
+        self.vmm_inputs: dict[str, str] = {}
+        folder = self.disk_dir
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchown(fd, 0, self.qemu_user[1])
+            os.fchmod(fd, JOB_FOLDER_MODE)
+        finally:
+            os.close(fd)
+        why = closed_to(folder, *self.qemu_user, SEARCH)
+        if why is not None:
+            raise PlatformError(f"QEMU runs as {VMM_USER} and cannot reach its job folder {folder}: {why} "
+                                f"(platforms.{self.name}.work_dir must lie below directories others may search)")
 
-    def domain_definition(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> str:
+    def vmm_input(self, path: Path) -> Path:
+        """``path`` (a shared input, never chowned) where QEMU's user may read it: as it is, else
+        through a hard link in the job folder (a copy on another file system); recorded."""
+        uid, gid = self.qemu_user
+        if closed_to(path, uid, gid, READ) is None:
+            self.vmm_inputs[path.name] = "as is"
+            return path
+        link = self.disk_dir / f"vmm-input-{path.name}"
+        if not link.exists():
+            try:
+                os.link(path, link)
+                self.vmm_inputs[path.name] = "hard link in the job folder (its own path is closed to QEMU's user)"
+            except OSError:  # another file system
+                shutil.copyfile(path, link)
+                os.chmod(link, 0o644)
+                self.vmm_inputs[path.name] = "copy in the job folder (its own path is closed to QEMU's user)"
+        why = closed_to(link, uid, gid, READ)
+        if why is not None:
+            raise PlatformError(f"{path}: QEMU runs as {VMM_USER} and may not read it ({why}); dlvirt does not "
+                                "change a shared image: make it readable by others (chmod o+r)")
+        return link
+
+    def domain_definition(self, accel: str, root_disk: Path, job_disk: Path, console: Path,
+                          boot: tuple[Path, Path] | None = None) -> str:
+        """The domain XML; ``boot``: the kernel and initrd as QEMU opens them (default: the image's)."""
+        kernel, initrd = boot or (self.boot_files.kernel, self.boot_files.initrd)
         return domain_xml(
-            name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=self.ram_mib,
-            kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
-            cmdline=kernel_cmdline(str(self.config.get("cmdline_extra") or "")), root_disk=root_disk,
-            job_disk=job_disk, console=console, placement=self.placement, gpu_pci=self.gpu_pci)
+            name=self.domain_name, accel=accel, vcpus=self.vcpus, memory_mib=self.ram_mib, kernel=kernel,
+            initrd=initrd, cmdline=kernel_cmdline(str(self.config.get("cmdline_extra") or "")),
+            root_disk=root_disk, job_disk=job_disk, console=console,
+            qemu_user=getattr(self, "qemu_user", None) or qemu_ids(), placement=self.placement, gpu_pci=self.gpu_pci)
 
     def guest_span(self) -> dict[str, Any]:
         """What a pinned guest must see inside: the sockets and NUMA cells its domain gives it,
@@ -260,7 +352,14 @@ class VirtualMachine(GuestPlatform):
 
     def _start_vmm(self, accel: str, root_disk: Path, job_disk: Path, console: Path) -> None:
         libvirt = quiet_libvirt()
-        xml = self.domain_definition(accel, root_disk, job_disk, console)
+        uid, gid = self.qemu_user
+        for own in (root_disk, job_disk, console):  # what QEMU writes, and nothing else, is its user's
+            os.chown(own, uid, gid, follow_symlinks=False)
+        if accel == "kvm" and (why := closed_to(Path("/dev/kvm"), uid, gid, READ | WRITE)) is not None:
+            raise PlatformError(f"QEMU runs as {VMM_USER} (group {KVM_GROUP}) and cannot open /dev/kvm: {why} "
+                                f"(as udev sets it up: chgrp {KVM_GROUP} /dev/kvm && chmod 0660 /dev/kvm)")
+        boot = (self.vmm_input(self.boot_files.kernel), self.vmm_input(self.boot_files.initrd))
+        xml = self.domain_definition(accel, root_disk, job_disk, console, boot)
         try:
             self.domain = self.conn.createXML(xml, 0)  # transient: gone once it stops
         except libvirt.libvirtError as exc:
@@ -295,8 +394,11 @@ class VirtualMachine(GuestPlatform):
         return {**self.check_vcpu_pinning(pid), **self.check_vmm_process(pid)}
 
     def vmm_confinement(self) -> dict[str, Any]:
-        return {"how": "none: libvirt runs QEMU as root (static DAC label +0:+0, no relabelling), so that "
-                       "jobs sharing a base image never chown it", "expected": {"uid": 0}}
+        uid, gid = getattr(self, "qemu_user", None) or qemu_ids()
+        return {"how": f"libvirt runs QEMU as {VMM_USER} (uid {uid}, gid {gid}: static DAC label, no relabelling); "
+                       "it owns only its job's overlay, job disk and console; the shared base image, kernel and "
+                       "initrd stay root's, read-only to it",
+                "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000"}}
 
     def teardown(self) -> None:
         super().teardown()
@@ -316,5 +418,5 @@ class VirtualMachine(GuestPlatform):
                       "cpu_mechanism": ("libvirt <vcpupin> + <numatune> + guest NUMA cells" if self.placement
                                         else "unpinned vCPUs"),
                       "guest_layout": guest_layout(self.placement).to_dict() if self.placement else None,
-                      "gpu_pci": self.gpu_pci})
+                      "gpu_pci": self.gpu_pci, "vmm_inputs": dict(getattr(self, "vmm_inputs", {}))})
         return facts

@@ -88,9 +88,10 @@ def private_dir(path: Path, what: str, mode: int = 0o700) -> Path:
     return path
 
 
-def job_dir(root: Path, prefix: str, what: str) -> Path:
-    """A fresh folder ``root/<prefix><random>`` (0700) in the private directory ``root``."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=private_dir(root, what)))
+def job_dir(root: Path, prefix: str, what: str, root_mode: int = 0o700) -> Path:
+    """A fresh folder ``root/<prefix><random>`` (0700) in the private directory ``root`` (made or
+    set to ``root_mode``, see ``private_dir``)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=private_dir(root, what, root_mode)))
 
 
 def create_file(path: Path, data: bytes = b"") -> Path:
