@@ -80,6 +80,44 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     assert "weights" not in counts  # the batch size is not part of the initialisation
 
 
+def test_latency_smoke_study_runs_every_app_in_every_loadgen_scenario(workflow_dir):
+    """study.scenarios [Offline, SingleStream, Server] on BM and CN (1 core, VNL): every app through real
+    LoadGen in each scenario; latency rows carry LoadGen's percentiles and verdict; the latency
+    figures are in the report, the extension's claim in the claims."""
+    config = smoke_config()
+    config["study"].update(scenarios=["Offline", "SingleStream", "Server"], matrix=[
+        {"platforms": ["BM", "CN"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"]}])
+    config["study"]["tools"] = ["mlperf"]
+    path = write_config(workflow_dir / "latency.yaml", config)
+    snakemake(workflow_dir, "all", "--configfile", str(path))
+
+    summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
+    apps = sorted(config["study"]["apps"])
+    for tool in ("mlperf", "mlperf-SingleStream", "mlperf-Server"):
+        rows = summary[summary.tool == tool]
+        assert sorted(set(rows.app)) == apps, tool
+        assert sorted(set(rows.scenario)) == ["BM/1/VNL/CPU", "CN/1/VNL/CPU"], tool
+    latency = summary[summary.tool != "mlperf"]
+    for column in ("p50_s", "p90_s", "p99_s", "achieved_qps"):
+        assert (latency[column] > 0).all(), column
+    assert (latency.p99_s >= latency.p50_s).all() and latency.loadgen_valid.notna().all()
+    assert set(latency.loadgen_scenario) == {"SingleStream", "Server"}
+    assert (latency[latency.loadgen_scenario == "Server"].target_qps > 0).all()
+    assert summary[summary.tool == "mlperf"].p50_s.isna().all()  # Offline rows: no latency columns
+    # Offline keeps its paths; a latency run is its own run tool, its Server rate from an Offline warm-up
+    assert (workflow_dir / "results/runs/mlperf/ic/BM/1/VNL/CPU/1.json").exists()
+    server = json.loads((workflow_dir / "results/runs/mlperf-Server/ic/CN/1/VNL/CPU/1.json").read_text())
+    assert server["warmups"][0]["loadgen"].get("scenario") is None  # the Offline calibration
+    assert "Offline warm-up throughput" in server["runs"][0]["loadgen"]["settings"]["target_qps_from"]
+    assert server["runs"][0]["observed"]["quota_cores"] == pytest.approx(1.0)
+    for name in ("latency_singlestream", "latency_server"):
+        assert (workflow_dir / "results" / "figures" / f"{name}.png").stat().st_size > 10_000
+    report = (workflow_dir / "results" / "report.html").read_text()
+    assert "Extension: tail latency" in report and 'id="latency_server"' in report
+    claims = pd.read_csv(workflow_dir / "results" / "claims.csv").set_index("id")
+    assert claims.loc["latency_tail_quota", "source"].startswith("extension")
+
+
 def test_one_figure_builds_only_what_it_needs(workflow_dir):
     config = write_config(workflow_dir / "smoke.yaml", smoke_config())
     counts = jobs_that_would_run(workflow_dir, "results/figures/fig4a.png", "--configfile", str(config))
