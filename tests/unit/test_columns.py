@@ -54,3 +54,24 @@ def test_an_undeclared_column_is_refused_naming_the_file(tmp_path):
 def test_an_older_summary_with_fewer_columns_still_reads():
     frame = read_summary(FIXTURES / "summaries" / "partial.csv")
     assert not frame.empty and "site" not in frame
+
+
+def test_bool_cells_read_as_truth_values_however_pandas_wrote_them(tmp_path):
+    # A study's summary mixes Offline rows (loadgen_valid True/False) with model-only rows that leave
+    # it empty; pandas may then write the column as 1.0/0.0. Read as text, "0.0" escaped every
+    # `in ("false", "0")` check, so an invalid row counted as evidence.
+    path = tmp_path / "summary.csv"
+    path.write_text("tool,app,loadgen_valid,reference_model\nmlperf,ic,0.0,1.0\nmlperf,nlp,True,False\n"
+                    "dlbs,ic,,\n")
+    frame = read_summary(path)
+    assert frame["loadgen_valid"].tolist()[:2] == [False, True]
+    assert frame["reference_model"].tolist()[:2] == [True, False]
+    assert frame["loadgen_valid"].isna().tolist() == [False, False, True]
+    assert frame["loadgen_valid"].astype(str).str.lower().tolist()[:2] == ["false", "true"]
+
+
+def test_a_bool_cell_that_is_no_truth_value_is_refused_naming_file_and_column(tmp_path):
+    path = tmp_path / "summary.csv"
+    path.write_text("tool,app,loadgen_valid\nmlperf,ic,maybe\n")
+    with pytest.raises(SummaryError, match=f"{path}: column loadgen_valid: not a true/false value"):
+        read_summary(path)

@@ -160,11 +160,29 @@ def read_summary(path: str | Path) -> pd.DataFrame:
     if unknown:
         raise SummaryError(f"{path}: unknown summary column(s) {', '.join(unknown)}: not a summary this "
                            "dlvirt writes (see docs/summary-columns.md)")
-    text = {name: str for name in header if BY_NAME[name].type in ("str", "list")}
+    text = {name: str for name in header if BY_NAME[name].type in ("str", "list", "bool")}
     frame = pd.read_csv(path, dtype=text)
+    for name in header:
+        if BY_NAME[name].type == "bool":
+            try:
+                frame[name] = frame[name].map(_truth, na_action="ignore")
+            except SummaryError as error:
+                raise SummaryError(f"{path}: column {name}: {error}") from None
     if formats.KEY in frame:  # a summary without the column was written before versions were
         formats.check_column("summary", frame[formats.KEY].dropna(), str(path))
     return frame
+
+
+_TRUTH = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
+
+
+def _truth(cell: str) -> bool:
+    """A bool cell as written: True/False, or 1.0/0.0 where pandas wrote a column that other rows
+    (Offline or model-only) left empty as numbers; anything else is not a summary dlvirt writes."""
+    try:
+        return _TRUTH[cell.strip().lower()]
+    except KeyError:
+        raise SummaryError(f"not a true/false value: {cell!r}") from None
 
 
 def read_table(path: str | Path, document: formats.Document) -> pd.DataFrame:
