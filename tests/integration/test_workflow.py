@@ -206,7 +206,10 @@ def test_a_noop_study_through_the_workflow_builds_its_rows_tables_and_weights(wo
     config = smoke_config()
     config["study"].update(apps=["noop"], tools=["mlperf"], replicates=2, matrix=[
         {"platforms": ["BM"], "cores": [1], "pinning": ["PIN"], "processors": ["CPU"]}])
-    config["apps"] = {"noop": {"dataset": {"count": 32, "features": 16}, "loadgen": {"min_query_count": 32}}}
+    # min_duration_ms 0: a noop repetition takes milliseconds, and one twice as fast as the last (timer
+    # jitter) would miss the derived minimum duration and be LoadGen-INVALID (CI, 2026-12-02)
+    config["apps"] = {"noop": {"dataset": {"count": 32, "features": 16},
+                               "loadgen": {"min_query_count": 32, "min_duration_ms": 0}}}
     path = write_config(workflow_dir / "noop.yaml", config)
     snakemake(workflow_dir, "results/summary.csv", "results/tables/table1.csv", "--configfile", str(path))
     summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
