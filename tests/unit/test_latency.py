@@ -17,21 +17,24 @@ import pytest
 from conftest import FIXTURES
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.apps.base import ThreadPlan
-from dlvirt.core.loadgen import ALL_RUN_TOOLS, counts, is_latency, run_tool, run_tools, split_tool
+from dlvirt.core.loadgen import counts, is_latency, run_tool, run_tools, split_tool
 from dlvirt.core.records import HarnessJob
 from dlvirt.core.scenario import Scenario
+from dlvirt.plan.planner import RUN_TOOLS
 from dlvirt.run import harness
+from dlvirt.run.tools import KINDS as TOOL_KINDS
 
 
 def test_run_tools_keep_offline_as_mlperf_and_name_the_others():
-    assert run_tools(["mlperf", "dlbs"]) == ["mlperf", "dlbs"]
-    assert run_tools(["mlperf", "dlbs"], ["Offline", "SingleStream", "Server"]) == \
+    mlperf, dlbs = TOOL_KINDS["mlperf"], TOOL_KINDS["dlbs"]
+    assert run_tools([mlperf, dlbs]) == ["mlperf", "dlbs"]
+    assert run_tools([mlperf, dlbs], ["Offline", "SingleStream", "Server"]) == \
         ["mlperf", "mlperf-SingleStream", "mlperf-Server", "dlbs"]
-    assert run_tools(["dlbs"], ["Server"]) == ["dlbs"]  # DLBS has no LoadGen: model-only, once
+    assert run_tools([dlbs], ["Server"]) == ["dlbs"]  # DLBS declares no LoadGen scenario: model-only, once
     assert split_tool("mlperf-Server") == ("mlperf", "Server")
     assert split_tool("mlperf") == ("mlperf", "Offline")
-    assert split_tool("dlbs") == ("dlbs", None)
-    assert run_tool("mlperf", "SingleStream") in ALL_RUN_TOOLS
+    assert split_tool("dlbs") == ("dlbs", "Offline")
+    assert run_tool("mlperf", "SingleStream") in RUN_TOOLS and len(RUN_TOOLS) == 4
     assert is_latency("mlperf-SingleStream") and not is_latency("mlperf") and not is_latency("dlbs")
     with pytest.raises(ValueError, match="MultiStream"):
         run_tool("mlperf", "MultiStream")

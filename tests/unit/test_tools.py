@@ -1,8 +1,8 @@
 """Measurement tools are plug-ins (``dlvirt.run.tools``): each module declares its ``ToolKind`` and
 answers what the rest asks (how a repetition is timed, who holds the model, its config section,
 samples per repetition). The schema's tool enum is the registry, and no module outside the tool
-modules (and the figure catalog, which names the tool each figure draws, and the LoadGen scenarios'
-run-tool names) names a tool."""
+modules (and the figure catalog, which names the tool each figure draws) names a tool; which LoadGen
+scenarios a tool runs in is its kind's declaration."""
 
 from __future__ import annotations
 
@@ -25,9 +25,8 @@ from dlvirt.run.tools import CLASSES, KINDS, primary, tool_class
 from dlvirt.run.tools import dlbs as dlbs_module
 
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
-# Only these may name a tool: the tool modules, the figure catalog (each figure draws one tool), and
-# the LoadGen scenarios' run-tool names (core: analysis reads them and may not import the tools).
-MAY_NAME = ("src/dlvirt/run/tools/", "src/dlvirt/analysis/catalog.py", "src/dlvirt/core/loadgen.py")
+# Only these may name a tool: the tool modules and the figure catalog (each figure draws one tool).
+MAY_NAME = ("src/dlvirt/run/tools/", "src/dlvirt/analysis/catalog.py")
 
 
 def test_the_registry_is_the_schema_and_the_plan():

@@ -15,7 +15,6 @@ import pandas as pd
 from dlvirt.analysis.columns import read_summary
 from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import Kinds
-from dlvirt.core.loadgen import LATENCY_RUN_TOOLS
 from dlvirt.core.scenario import LOCAL_SITE
 
 PHASES = {"pre_s": "pre-processing", "infer_s": "inference", "post_s": "post-processing"}
@@ -181,9 +180,6 @@ def first_level_spanning_sockets(rows: pd.DataFrame) -> int | None:
         return None
     spanning = rows[(rows["sockets"].fillna(0) > 1) | (rows["numa_nodes"].fillna(0) > 1)]
     return int(spanning["cores"].min()) if not spanning.empty else None
-
-
-LATENCY_TOOLS = LATENCY_RUN_TOOLS  # the run tools with latency rows (SingleStream, Server)
 
 
 def _launch_values(cell: object) -> list[float]:

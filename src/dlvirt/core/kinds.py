@@ -82,6 +82,8 @@ class ToolKind:
     order: int                    # its place in tables and listings (lowest first: the paper's measurement)
     phases: tuple[str, ...]       # the phases its repetitions time, of pre_s, infer_s, post_s
     section: str | None = None    # its own config section (the schema's), merged per app into a job's spec
+    # the LoadGen scenarios it runs in (study.scenarios): a tool without LoadGen runs Offline-style only
+    scenarios: tuple[str, ...] = ("Offline",)
 
     @property
     def preprocessing(self) -> bool:

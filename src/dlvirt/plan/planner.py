@@ -21,25 +21,26 @@ from dlvirt.apps import app_class
 from dlvirt.core import formats
 from dlvirt.core.errors import ConfigError
 from dlvirt.core.kinds import Kinds
-from dlvirt.core.loadgen import ALL_RUN_TOOLS, run_tools, split_tool
+from dlvirt.core.loadgen import OFFLINE, SCENARIOS, run_tools, split_tool
 from dlvirt.core.scenario import LOCAL_SITE, PROCESSORS, Scenario
 from dlvirt.plan.leftout import Gap, Reason
 from dlvirt.platforms import KINDS as PLATFORM_KINDS
 from dlvirt.platforms import platform_class
 from dlvirt.run.tools import CLASSES as TOOL_CLASSES
+from dlvirt.run.tools import KINDS as TOOL_KINDS
 from dlvirt.run.tools import tool_class
 from dlvirt.system.hostinfo import Capabilities
 
 # Measurement tools, from their registry (dlvirt.run.tools): mlperf (E2E through MLPerf LoadGen), dlbs (model-only).
 TOOLS = tuple(TOOL_CLASSES)
-# A job's tool is its run tool (dlvirt.core.loadgen): mlperf in another LoadGen scenario than Offline
-# is mlperf-SingleStream or mlperf-Server.
-RUN_TOOLS = ALL_RUN_TOOLS
+# A job's tool is its run tool (dlvirt.core.loadgen): a tool in another LoadGen scenario than Offline
+# (mlperf-SingleStream, mlperf-Server). Every run tool there can be: the workflow's wildcard.
+RUN_TOOLS = tuple(run_tools(TOOL_KINDS.values(), SCENARIOS))
 
 
 def study_run_tools(study: dict[str, Any]) -> list[str]:
     """The run tools of a (validated) study section: its tools in its LoadGen scenarios."""
-    return run_tools(study["tools"], study.get("scenarios") or ["Offline"])
+    return run_tools([TOOL_KINDS[tool] for tool in study["tools"]], study.get("scenarios") or [OFFLINE])
 
 
 @dataclass(frozen=True)

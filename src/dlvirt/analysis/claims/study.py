@@ -33,7 +33,8 @@ from dlvirt.analysis.model import (
     launches,
     split,
 )
-from dlvirt.analysis.rows import LATENCY_TOOLS, emulated, verified_gpu_rows, with_site
+from dlvirt.analysis.rows import emulated, verified_gpu_rows, with_site
+from dlvirt.core.loadgen import is_latency
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.plan.leftout import Gap, reasons
 
@@ -78,7 +79,7 @@ class Study:
             frame["platform"] = frame["platform"].where(vmm == "", frame["platform"] + "(" + vmm.astype(str) + ")")
         mlperf = frame[frame["tool"] == E2E_TOOL]
         # the extensions' latency rows (SingleStream, Server), measured ones only (claims.latency)
-        self.latency = frame[frame["tool"].isin(LATENCY_TOOLS) & ~frame["emulated"]]
+        self.latency = frame[frame["tool"].astype(str).map(is_latency).astype(bool) & ~frame["emulated"]]
         self.emulated_platforms = sorted(set(mlperf.loc[mlperf["emulated"], "platform"]))
         measured = mlperf[~mlperf["emulated"]]
         why = weak_reasons(measured)

@@ -18,7 +18,7 @@ from typing import Any
 
 from dlvirt.apps.base import App
 from dlvirt.core.kinds import ToolKind
-from dlvirt.core.loadgen import OFFLINE, SERVER, split_tool
+from dlvirt.core.loadgen import SCENARIOS, SERVER, split_tool
 from dlvirt.core.records import HarnessJob, Repetition
 from dlvirt.run import harness
 from dlvirt.run.tools.base import Timer, Tool
@@ -29,7 +29,7 @@ class LoadGenTimer(Timer):
 
     def __init__(self, tool: type[Tool], app: App, job: HarnessJob) -> None:
         super().__init__(tool, app, job)
-        self.scenario = split_tool(job.tool)[1] or OFFLINE
+        self.scenario = split_tool(job.tool)[1]
         self.target: tuple[float, str] | None = None
         self.calibrated = False  # the Offline warm-up that sets Server's rate ran
 
@@ -50,7 +50,7 @@ class LoadGenTimer(Timer):
 
 class MLPerf(Tool):
     kind = ToolKind(name="mlperf", title="MLPerf LoadGen end-to-end inference time", measure="E2E", order=0,
-                    phases=("pre_s", "infer_s", "post_s"))
+                    phases=("pre_s", "infer_s", "post_s"), scenarios=SCENARIOS)
 
     @classmethod
     def samples_per_repetition(cls, config: dict[str, Any], app: str) -> int:
@@ -64,4 +64,4 @@ class MLPerf(Tool):
     @classmethod
     def run_repetition(cls, app: App, job: HarnessJob, rep: int, out_dir: Path,
                        estimate_qps: float | None) -> Repetition:
-        return harness.run_repetition(app, job, rep, out_dir, estimate_qps, split_tool(job.tool)[1] or OFFLINE)
+        return harness.run_repetition(app, job, rep, out_dir, estimate_qps, split_tool(job.tool)[1])
