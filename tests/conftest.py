@@ -384,10 +384,12 @@ def compare_scenarios() -> list:
 
 
 def compare_study(folder: Path, scale: dict[str, float] | None = None, model: dict[str, str] | None = None,
-                  launches: int = COMPARE_LAUNCHES, seed: int = 0) -> Path:
+                  launches: int = COMPARE_LAUNCHES, seed: int = 0, tool: str = "mlperf",
+                  repetition: Callable[..., Any] | None = None) -> Path:
     """A results folder built from the fixture run record through the real summary code: run
     records (launch means spread ~1.5 %, round by round), summary, host facts. ``scale`` multiplies
-    a scenario's times; ``model`` replaces a scenario's model name."""
+    a scenario's times; ``model`` replaces a scenario's model name. Another run ``tool``'s study gives
+    its repetitions with ``repetition(template, scenario, index, rng)``."""
     import numpy as np
 
     from dlvirt.analysis.aggregate import write_summary
@@ -399,17 +401,18 @@ def compare_study(folder: Path, scale: dict[str, float] | None = None, model: di
     for scenario in compare_scenarios():
         for replicate in range(1, launches + 1):
             level = 0.75 * (1.0 + 0.015 * rng.standard_normal()) * (scale or {}).get(scenario.name, 1.0)
-            runs = [dataclasses.replace(template.runs[0], repetition=i,
+            runs = [repetition(template.runs[0], scenario, i, rng) if repetition else
+                    dataclasses.replace(template.runs[0], repetition=i,
                                         e2e_s=float(level * (1.0 + 0.01 * rng.standard_normal())))
                     for i in range(COMPARE_REPS)]
             record = dataclasses.replace(
-                template, scenario=scenario, scenario_name=scenario.name, replicate=replicate, runs=runs,
-                run_id=f"{scenario.platform}-{replicate}-{seed}",
+                template, tool=tool, scenario=scenario, scenario_name=scenario.name, replicate=replicate, runs=runs,
+                run_id=f"{tool}-{scenario.platform}-{replicate}-{seed}",
                 platform={**template.platform, "platform": scenario.platform},
                 model={**template.model, **((model or {}).get(scenario.name) and
                                             {"model": (model or {})[scenario.name]} or {})})
             s = scenario
-            path = folder / "runs" / "mlperf" / "ic" / s.platform / str(s.cores) / s.pinning / s.processor / \
+            path = folder / "runs" / tool / "ic" / s.platform / str(s.cores) / s.pinning / s.processor / \
                 f"{replicate}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             record.write(path)

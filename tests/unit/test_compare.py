@@ -5,6 +5,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -139,38 +140,19 @@ def test_how_busy_the_machine_was_is_among_the_facts():
 def test_latency_rows_are_compared_on_p99_and_early_stopping_alone_sets_none_aside(tmp_path):
     """A SingleStream row is compared on its launches' p99 latency (not E2E), and LoadGen's INVALID
     for early stopping alone does not make it weak."""
-    import numpy as np
-
-    from conftest import COMPARE_LAUNCHES, COMPARE_REPS, FIXTURES
     from dlvirt.analysis.compare import P99
 
-    template = JobResult.read(FIXTURES / "runs" / "mlperf-ic-BM-1-VNL-CPU.json")
-    scenarios = compare_scenarios()
-
     def latency_study(folder: Path, p99_scale: float, seed: int) -> Path:
-        rng = np.random.default_rng(seed)
-        paths = []
-        for replicate, s in ((r, s) for r in range(1, COMPARE_LAUNCHES + 1) for s in scenarios):
-            runs = []
-            scale = p99_scale if s.platform == "CN" else 1.0
-            for i in range(COMPARE_REPS):
-                p50 = 10e6 * (1 + 0.01 * rng.standard_normal())
-                loadgen = {**template.runs[0].loadgen, "scenario": "SingleStream", "validity": "INVALID",
-                           "min_queries_met": True, "min_duration_met": True, "early_stopping_met": False,
-                           "latency_ns": {"p50": p50, "p90": 2 * p50, "p95": 2 * p50, "p99": 3 * p50 * scale,
-                                          "p99.9": 4 * p50 * scale}}
-                runs.append(dataclasses.replace(template.runs[0], repetition=i, e2e_s=0.75, loadgen=loadgen))
-            record = dataclasses.replace(template, tool="mlperf-SingleStream", scenario=s, scenario_name=s.name,
-                                         replicate=replicate, runs=runs, run_id=f"ss-{s.platform}-{replicate}-{seed}",
-                                         platform={**template.platform, "platform": s.platform})
-            path = folder / "runs" / "mlperf-SingleStream" / "ic" / s.platform / str(s.cores) / s.pinning / \
-                s.processor / f"{replicate}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            record.write(path)
-            paths.append(path)
-        write_summary(paths, folder / "summary.csv")
-        shutil.copy(FIXTURES / "host_full.json", folder / "host.json")
-        return folder
+        def repetition(template: Any, scenario: Any, index: int, rng: Any) -> Any:
+            scale = p99_scale if scenario.platform == "CN" else 1.0
+            p50 = 10e6 * (1 + 0.01 * rng.standard_normal())
+            loadgen = {**template.loadgen, "scenario": "SingleStream", "validity": "INVALID",
+                       "min_queries_met": True, "min_duration_met": True, "early_stopping_met": False,
+                       "latency_ns": {"p50": p50, "p90": 2 * p50, "p95": 2 * p50, "p99": 3 * p50 * scale,
+                                      "p99.9": 4 * p50 * scale}}
+            return dataclasses.replace(template, repetition=index, e2e_s=0.75, loadgen=loadgen)
+
+        return compare_study(folder, seed=seed, tool="mlperf-SingleStream", repetition=repetition)
 
     a, b = latency_study(tmp_path / "a", 1.0, 0), latency_study(tmp_path / "b", 1.5, 1)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 1
