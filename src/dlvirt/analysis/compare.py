@@ -19,7 +19,9 @@ for each family of tests (``claims.verdicts.holm``), each test one-sided at ``AL
 - *faster*: the mirror image;
 - *alike*: TOST within ±margin (Holm);
 - *inconclusive*: none of these, with the smallest effect the comparison could have detected, or
-  why it could not test at all (a scenario of one launch in either study is never evidence).
+  why it could not test at all (a scenario of one launch in either study is never evidence); also
+  a slower or faster scenario whose repetitions ran beside more than ``LOADED_CORES`` cores of other
+  processes' work in either study (``others_cores_a`` / ``_b``): the load may explain it.
 
 Latency rows (run tools mlperf-SingleStream, mlperf-Server; ``study.scenarios``) are compared on
 their launches' p99 latency (``round_p99_s``), not on E2E (a Server repetition's E2E is its arrival
@@ -64,7 +66,12 @@ MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in
 WORKLOAD = {"tool": "tool", "dataset_source": "dataset source", "samples": "dataset size (samples per run)",
             "model": "model", "reference_model": "model size (reference or stand-in)", "weights": "weights kind"}
 COLUMNS = [formats.KEY, *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_slower", "p_faster", "p_alike",
-           "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why", "measure"]
+           "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why", "measure", "others_cores_a", "others_cores_b"]
+# A scenario during whose repetitions other processes kept more than this many cores busy in either
+# study (the mean of others_cpu_s / E2E) is no evidence of a slow-down or a speed-up: its times depend
+# on what else ran (the same config run twice beside other work, 1.44 and 1.56 cores of it, gave
+# B/A 1.93). On a quiet machine dlvirt's own daemons and Snakemake take a few hundredths of a core.
+LOADED_CORES = 0.25
 # what a row's launches are compared on: E2E (launch means), or a latency row's p99 per launch
 E2E, P99 = "E2E", "p99 latency"
 TEMPLATE = Path(__file__).parent / "templates" / "compare.html.j2"
@@ -216,6 +223,7 @@ def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFr
     p_alike = holm([max(p.contrast.p_above(-m), p.contrast.p_below(m)) for p in tested])
     adjusted = {p.key: (s, f, e) for p, s, f, e in zip(tested, p_slower, p_faster, p_alike, strict=True)}
     count_a, count_b = launch_count(a.summary), launch_count(b.summary)
+    others_a, others_b = others_cores(a.records), others_cores(b.records)
     rows = []
     for p in found:
         ra = a.summary.loc[p.a] if p.a is not None else None
@@ -234,6 +242,12 @@ def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFr
                 why = f"a significant difference, but smaller than the margin ±{margin:.0%} and not shown within it"
             else:
                 why = f"undecided; the smallest effect it could detect: ±{p.contrast.half_width():.1%}"
+        load_a, load_b = (others.get(p.key[:3]) for others in (others_a, others_b))
+        loads = [load for load in (load_a, load_b) if load is not None]
+        if verdict in (SLOWER, FASTER) and loads and max(loads) > LOADED_CORES:
+            verdict, why = INCONCLUSIVE, (
+                f"{verdict} beyond the margin, but other processes kept {_cores(load_a)} cores busy during "
+                f"A's repetitions and {_cores(load_b)} during B's: the machine's load may explain it")
         low, high = p.contrast.bounds()
         rows.append({formats.KEY: FORMAT, **dict(zip(MATCH, p.key, strict=True)), "verdict": verdict,
                      "ratio": p.contrast.ratio, "low90": low, "high90": high, "df": p.contrast.df,
@@ -241,8 +255,25 @@ def compare(a: Results, b: Results, margin: float = DEFAULT_MARGIN) -> pd.DataFr
                      "launches_a": int(count_a[p.a]) if p.a is not None else 0,
                      "launches_b": int(count_b[p.b]) if p.b is not None else 0,
                      "mean_a_s": _level(ra), "mean_b_s": _level(rb), "why": why,
-                     "measure": measure(ra if ra is not None else rb)})
+                     "measure": measure(ra if ra is not None else rb),
+                     "others_cores_a": load_a, "others_cores_b": load_b})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _cores(load: float | None) -> str:
+    return "an unrecorded number of" if load is None else f"{load:.2f}"
+
+
+def others_cores(records: list[JobResult]) -> dict[tuple[str, str, str], float]:
+    """Per (run tool, app, scenario): the cores other processes kept busy during its repetitions (the
+    mean of their ``others_cpu_s`` / E2E), where the records have the telemetry."""
+    seen: dict[tuple[str, str, str], list[float]] = {}
+    for record in records:
+        for run in record.runs:
+            others = (run.telemetry or {}).get("others_cpu_s")
+            if others is not None and run.e2e_s > 0:
+                seen.setdefault((record.tool, record.app, record.scenario_name), []).append(others / run.e2e_s)
+    return {key: sum(values) / len(values) for key, values in seen.items()}
 
 
 def _engines(host: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,8 @@ VERSIONS: dict[str, Format] = {
     "host facts": Format(1, True),
     "summary": Format(1, True),
     "claims": Format(1, True),
-    "compare": Format(3, False),  # 2 added measure; 3 names its column format_version (was format)
+    # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b
+    "compare": Format(4, False),
     "table": Format(1, True),
     "dataset info": Format(1, True),  # a prepared dataset's dataset.json (the run record keeps it as dataset)
 }
