@@ -146,7 +146,7 @@ def latency_result(tool: str, replicate: int, p50_ms: list[float], early: bool =
                    "p99.9": 4 * p50 * 1e6}
         run["loadgen"] = {**run["loadgen"], "scenario": scenario, "validity": "VALID" if early else "INVALID",
                           "min_queries_met": True, "min_duration_met": True, "early_stopping_met": early,
-                          "latency_ns": latency, "achieved_qps": 50.0,
+                          "latency_ns": latency, "achieved_qps": 50.0, "queries": 24 + i,
                           "settings": {**run["loadgen"]["settings"], "target_qps": 40.0}}
         runs.append(run)
     result["runs"] = runs
@@ -167,6 +167,7 @@ def test_a_latency_row_keeps_percentiles_per_launch_and_its_early_stopping_verdi
     assert row["round_p50_s"] == "0.011;0.021" and row["round_p99_s"] == "0.033;0.063"
     assert row["p50_s"] == pytest.approx(0.016) and row["p99_s"] == pytest.approx(0.048)
     assert row["p999_s"] == pytest.approx(0.064) and row["target_qps"] == 40.0 and row["achieved_qps"] == 50.0
+    assert row["latency_queries"] == 24  # the fewest of any repetition: its p99 is about the largest of 24
 
 
 def test_an_offline_row_has_no_latency_columns(tmp_path):

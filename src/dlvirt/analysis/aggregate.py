@@ -63,6 +63,7 @@ def latency_columns(per_launch: list[list[Repetition]]) -> dict[str, Any]:
     out.update({
         "round_p50_s": ";".join(f"{v:.6g}" for v in launch_means("p50")),
         "round_p99_s": ";".join(f"{v:.6g}" for v in launch_means("p99")),
+        "latency_queries": min((int(lg["queries"]) for lg in flat if lg.get("queries") is not None), default=None),
         "achieved_qps": mean_of([lg.get("achieved_qps") for lg in flat]),
         "target_qps": mean_of([lg.get("settings", {}).get("target_qps") for lg in flat]),
         "early_stopping_met": all(lg.get("early_stopping_met") is True for lg in flat),

@@ -124,6 +124,8 @@ SUMMARY: tuple[Column, ...] = KEY + (
              "of each launch's mean (SingleStream, Server)") for name in ("p50", "p90", "p95", "p99", "p99.9")),
     Column("round_p50_s", "list", "each launch's mean p50 latency (s), in the order of launch_rounds"),
     Column("round_p99_s", "list", "each launch's mean p99 latency (s), in the order of launch_rounds"),
+    Column("latency_queries", "int", "the fewest queries of any counted repetition (SingleStream, Server): "
+           "below 100 a repetition's p99 is its largest latency or next to it"),
     Column("achieved_qps", "float", "the query rate LoadGen measured (queries/s; SingleStream, Server)"),
     Column("target_qps", "float", "Server's target rate (queries/s): configured or a share of the Offline throughput"),
     Column("early_stopping_met", "bool", "LoadGen's early-stopping verdict met in every repetition (SingleStream, "

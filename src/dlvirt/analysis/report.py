@@ -91,6 +91,11 @@ def _latency_reading(rows: pd.DataFrame, plan: PlanDocument) -> str:
         throttled = "" if pd.isna(top["throttled share"]) else f", throttled {top['throttled share']:.0%}"
         text += (f" The largest p99 over {baseline}: {top['app']} {top['scenario']} p99 ×{top[f'p99/{baseline}']:.2f}, "
                  f"p50 ×{top[f'p50/{baseline}']:.2f}{throttled}.")
+    queries = pd.to_numeric(table["queries"], errors="coerce") if not table.empty else pd.Series(dtype=float)
+    if queries.notna().any() and queries.min() < 100:
+        text += (f" The fewest queries in a repetition: {int(queries.min())}. Below 100 a repetition's p99 is its "
+                 "largest latency or next to it: read it as the tail of that many queries, not as a "
+                 "one-in-a-hundred latency.")
     early = int((table["early stopping"].astype(str).str.lower() != "true").sum()) if not table.empty else 0
     if early:
         text += (f" {early} row(s) did not meet LoadGen's early stopping (too few queries for its own p99 "

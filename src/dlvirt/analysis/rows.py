@@ -228,6 +228,7 @@ def latency_beside_throttling(rows: pd.DataFrame, baseline: str) -> pd.DataFrame
         entry["p99/p50"] = float(row["p99_s"]) / float(row["p50_s"]) if row["p50_s"] > 0 else float("nan")
         entry["throttled share"] = float(row["throttled_pct"]) / 100 if pd.notna(row.get("throttled_pct")) \
             else float("nan")
+        entry["queries"] = row.get("latency_queries")  # per repetition: below 100, p99 is about the largest
         entry["early stopping"] = row.get("early_stopping_met")
         out.append(entry)
     return pd.DataFrame(out)
