@@ -1,6 +1,8 @@
 """The real smoke study end to end: summary, host facts and Figure 4a; then incremental behaviour."""
 
 import json
+import stat
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -66,6 +68,13 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     assert summary.counted_share.between(0, 1).all() and (summary.launch_counted_s > 0).all()
     report = (workflow_dir / "results" / "report.html").read_text()
     assert "Where the launches' machine time went" in report and "% counted repetitions" in report
+
+    # Nothing of dlvirt's is left in the world-writable /var/tmp, and its runtime root is root's alone
+    from dlvirt.system.engines import RUN_ROOT
+
+    assert not list(Path("/var/tmp").glob("dlvirt*"))
+    info = RUN_ROOT.lstat()
+    assert info.st_uid == 0 and stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
 
     # A second run has nothing to do.
     assert jobs_that_would_run(workflow_dir, "all", "--configfile", str(config)) == {}
