@@ -386,7 +386,7 @@ def render(a: Results, b: Results, table: pd.DataFrame, margin: float) -> str:
                          interval=[("" if pd.isna(lo) else f"{lo:.3g} – {hi:.3g}")
                                    for lo, hi in zip(table["low90"], table["high90"], strict=True)])
     return env.get_template(TEMPLATE.name).render(
-        a=a.path, b=b.path, margin=f"{margin:.0%}", alpha=ALPHA, format=FORMAT,
+        a=a.path, b=b.path, margin=f"{margin:.0%}", alpha=ALPHA, format=FORMAT, loaded_cores=LOADED_CORES,
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), version=metadata.version("dlvirt"),
         figure=markup(figure_svg(table, margin)) if table["ratio"].notna().any() else "",
         rows=shown.to_dict("records"), differences=differences(a, b),
