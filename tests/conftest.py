@@ -500,6 +500,40 @@ def sr_dataset(tmp_path_factory):
     return out
 
 
+# -- a stand-in app's model side: what the launch loop asks of an app beside its stages ----------
+
+class StubModel:
+    """No framework, no GPU, random weights: the launch loop's questions to an app's model, answered
+    by stand-in apps (the harness, latency and tool tests) that set ``threads`` and ``model_name``."""
+
+    framework = "none"
+    in_process = True
+    dataset_info = {"source": "synthetic"}
+    model_name = "stub"
+    threads: Any
+
+    def import_framework(self) -> None:
+        pass
+
+    def load_model(self) -> None:
+        pass
+
+    def first_call(self) -> None:
+        pass
+
+    def gpu_state(self) -> dict[str, Any]:
+        return {}
+
+    def framework_threads(self) -> dict[str, Any]:
+        return {"intra_op": self.threads.intra_op, "inter_op": self.threads.inter_op}
+
+    def model_provenance(self) -> dict[str, Any]:
+        return {"model": self.model_name, "weights": "random"}
+
+    def framework_versions(self) -> dict[str, Any]:
+        return {}
+
+
 # -- the noop app (dlvirt.apps.noop), the null app of the plumbing tests ------------------------
 
 NOOP_SETTINGS: dict[str, Any] = {

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, StubModel
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.apps.base import ThreadPlan
 from dlvirt.core.loadgen import counts, is_latency, run_tool, run_tools, split_tool
@@ -250,36 +250,13 @@ def test_the_latency_figure_normalises_p50_and_p99_to_the_baseline_beside_thrott
     assert "not measured" in " ".join(t.get_text() for t in empty.axes[0].texts)
 
 
-class SleepyLaunchApp(SleepyApp):
+class SleepyLaunchApp(StubModel, SleepyApp):
     """SleepyApp with what the launch loop asks of an app."""
 
-    framework = "none"
-    in_process = True
-    dataset_info = {"source": "synthetic"}
+    model_name = "sleepy"
 
     def __init__(self, settings, dataset_dir, processor, threads, initial_weights=None):
-        super().__init__(batch_infer_s=0.003, pre_s=0.001, plan=threads)
-
-    def import_framework(self):
-        pass
-
-    def load_model(self):
-        pass
-
-    def first_call(self):
-        pass
-
-    def gpu_state(self):
-        return {}
-
-    def framework_threads(self):
-        return {"intra_op": self.threads.intra_op, "inter_op": self.threads.inter_op}
-
-    def model_provenance(self):
-        return {"model": "sleepy", "weights": "random"}
-
-    def framework_versions(self):
-        return {}
+        SleepyApp.__init__(self, batch_infer_s=0.003, pre_s=0.001, plan=threads)
 
 
 @pytest.mark.parametrize("tool", ["mlperf-SingleStream", "mlperf-Server"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, source_strings
+from conftest import REPO, StubModel, source_strings
 from dlvirt.apps import KINDS as APP_KINDS
 from dlvirt.core.errors import ConfigError
 from dlvirt.core.records import HarnessJob
@@ -116,12 +116,10 @@ def test_the_config_check_asks_each_used_tool(tmp_path):
     assert checked == [(None, "dlbs.path", "dir")]
 
 
-class _FakeApp:
-    """Just what the launch loop asks of an app (no framework, no dataset)."""
+class _FakeApp(StubModel):
+    """Just what the launch loop asks of an app (no framework, no dataset); records the model calls."""
 
-    framework = "none"
-    in_process = True
-    dataset_info = {"source": "synthetic"}
+    model_name = "fake"
 
     def __init__(self, settings, dataset_dir, processor, threads, initial_weights=None):
         self.threads, self.calls = threads, []
@@ -134,18 +132,6 @@ class _FakeApp:
 
     def first_call(self):
         self.calls.append("first")
-
-    def gpu_state(self):
-        return {}
-
-    def framework_threads(self):
-        return {"intra_op": self.threads.intra_op, "inter_op": self.threads.inter_op}
-
-    def model_provenance(self):
-        return {"model": "fake", "weights": "random"}
-
-    def framework_versions(self):
-        return {}
 
 
 def _fake_tool(own_model: bool):
