@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dlvirt.run.tools.base import OutsideModel
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # recorded run records, summaries, host facts, plans
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "src", "profiles", "pyproject.toml")
@@ -502,7 +504,7 @@ def sr_dataset(tmp_path_factory):
 
 # -- a stand-in app's model side: what the launch loop asks of an app beside its stages ----------
 
-class StubModel:
+class StubModel(OutsideModel):
     """No framework, no GPU, random weights: the launch loop's questions to an app's model, answered
     by stand-in apps (the harness, latency and tool tests) that set ``threads`` and ``model_name``."""
 
@@ -511,18 +513,6 @@ class StubModel:
     dataset_info = {"source": "synthetic"}
     model_name = "stub"
     threads: Any
-
-    def import_framework(self) -> None:
-        pass
-
-    def load_model(self) -> None:
-        pass
-
-    def first_call(self) -> None:
-        pass
-
-    def gpu_state(self) -> dict[str, Any]:
-        return {}
 
     def framework_threads(self) -> dict[str, Any]:
         return {"intra_op": self.threads.intra_op, "inter_op": self.threads.inter_op}

@@ -139,17 +139,11 @@ def _fake_tool(own_model: bool):
 
     from dlvirt.core.kinds import ToolKind
     from dlvirt.core.records import Repetition
-    from dlvirt.run.tools.base import Tool
+    from dlvirt.run.tools.base import OutsideModel, Tool
 
-    class Outside:
-        in_process = False
-
-        def import_framework(self): ...
-        def load_model(self): ...
-        def first_call(self): ...
-        def gpu_state(self): return {}
-        def framework_threads(self): return {}
-        def model_provenance(self): return {"model": "its own", "weights": "random"}
+    class Outside(OutsideModel):
+        def model_provenance(self):
+            return {"model": "its own", "weights": "random"}
 
     class FakeTool(Tool):
         kind = ToolKind(name="fake", title="a fake tool", measure="model-only", order=9, phases=("infer_s",))

@@ -35,6 +35,31 @@ class ModelHost(Protocol):
     def model_provenance(self) -> dict[str, Any]: ...
 
 
+class OutsideModel:
+    """A ``ModelHost`` for a model that runs in a process of its own: nothing to import, load or ask in
+    the harness's. A tool subclasses it for the provenance it can give."""
+
+    in_process = False
+
+    def import_framework(self) -> None:
+        pass
+
+    def load_model(self) -> None:
+        pass
+
+    def first_call(self) -> None:
+        pass
+
+    def gpu_state(self) -> dict[str, Any]:
+        return {}
+
+    def framework_threads(self) -> dict[str, Any]:
+        return {}
+
+    def model_provenance(self) -> dict[str, Any]:
+        return {}
+
+
 # check_config's helper: (path, the config key naming it, "file" or "dir") -> raises ConfigError
 PathCheck = Callable[[Any, str, str], None]
 

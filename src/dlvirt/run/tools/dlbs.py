@@ -36,7 +36,7 @@ from dlvirt.apps import app_class
 from dlvirt.apps.base import App
 from dlvirt.core.kinds import ToolKind
 from dlvirt.core.records import HarnessJob, Repetition
-from dlvirt.run.tools.base import ModelHost, PathCheck, Tool
+from dlvirt.run.tools.base import ModelHost, OutsideModel, PathCheck, Tool
 from dlvirt.system import observe
 
 LOG_NAME = "dlbs.log"
@@ -235,29 +235,12 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
 
 # -- the tool ----------------------------------------------------------------------------------
 
-class ExperimenterModel:
+class ExperimenterModel(OutsideModel):
     """The model a DLBS checkout's experimenter builds in its own process: nothing to import, load or
     ask in the harness's (``ModelHost``)."""
 
-    in_process = False
-
     def __init__(self, job: HarnessJob, framework: str) -> None:
         self.job, self.framework = job, framework
-
-    def import_framework(self) -> None:
-        pass
-
-    def load_model(self) -> None:
-        pass
-
-    def first_call(self) -> None:
-        pass
-
-    def gpu_state(self) -> dict[str, Any]:
-        return {}
-
-    def framework_threads(self) -> dict[str, Any]:
-        return {}
 
     def model_provenance(self) -> dict[str, Any]:
         return experimenter_provenance(self.job, self.framework)
