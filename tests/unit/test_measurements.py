@@ -297,3 +297,23 @@ def test_inference_runs_on_the_thread_that_loaded_the_model_in_every_repetition(
     inline = framework_pre and pipeline is None
     assert (app.ran_on["pre"] == {threading.get_ident()}) == inline
     assert threading.get_ident() not in app.ran_on["pre"] or inline
+
+
+def test_throttled_share_is_nan_without_a_quota_and_zero_when_no_period_ended():
+    """A repetition of a few milliseconds under a quota may end before any CFS period does: nothing
+    could be throttled (a throttled group waits for its period's end, which the kernel counts)."""
+    import dataclasses
+    import math
+
+    from dlvirt.analysis.aggregate import throttled_pct
+    from dlvirt.core.records import JobResult
+
+    template = JobResult.read(FIXTURE_DIR / "runs" / "mlperf-ic-BM-1-VNL-CPU.json").runs[0]
+
+    def run(quota: float | None, periods: int, throttled: int):
+        telemetry = {**(template.telemetry or {}), "nr_periods": periods, "nr_throttled": throttled}
+        return dataclasses.replace(template, observed={**template.observed, "quota_cores": quota}, telemetry=telemetry)
+
+    assert throttled_pct([run(1.0, 0, 0)]) == 0.0
+    assert throttled_pct([run(1.0, 0, 0), run(1.0, 4, 1)]) == 25.0
+    assert math.isnan(throttled_pct([run(None, 0, 0)]))  # PIN: no quota, no share

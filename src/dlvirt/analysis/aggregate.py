@@ -101,10 +101,16 @@ def code_column(results: list[JobResult], allow_mixed_code: bool = False) -> str
 
 
 def throttled_pct(runs: list[Repetition]) -> float:
-    """Throttled CFS periods per 100 periods over the runs (NaN without cpu.stat or periods)."""
-    periods = sum((r.telemetry or {}).get("nr_periods") or 0 for r in runs)
-    throttled = sum((r.telemetry or {}).get("nr_throttled") or 0 for r in runs)
-    return 100.0 * throttled / periods if periods else math.nan
+    """Throttled CFS periods per 100 periods over the runs: NaN without a quota or without cpu.stat;
+    0 under a quota when no period ended during them (repetitions of a few milliseconds): a
+    throttled group waits for its period's end, which the kernel counts, so none was throttled."""
+    measured = [r.telemetry for r in runs if r.telemetry and r.telemetry.get("nr_periods") is not None
+                and (r.observed or {}).get("quota_cores") is not None]
+    if not measured:
+        return math.nan
+    periods = sum(t["nr_periods"] for t in measured)
+    throttled = sum(t.get("nr_throttled") or 0 for t in measured)
+    return 100.0 * throttled / periods if periods else 0.0
 
 
 def mean_of(values: list[Any]) -> float:

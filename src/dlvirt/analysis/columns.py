@@ -88,7 +88,7 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("infer_cpu_s", "float", "mean CPU time of inference per repetition (s)"),
     Column("post_cpu_s", "float", "mean CPU time of post-processing per repetition (s)"),
     Column("stall_s", "float", "mean time inference waited for pre-processed samples per repetition (s)"),
-    Column("throttled_pct", "float", "CFS periods throttled per 100 periods (NaN without a quota)"),
+    Column("throttled_pct", "float", "CFS periods throttled per 100 periods (NaN without a quota; 0 when no period ended)"),
     Column("throttled_s", "float", "mean CFS throttled time per repetition (s)"),
     Column("steal_pct", "float", "mean steal time, % of the repetition (inside a guest)"),
     Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
