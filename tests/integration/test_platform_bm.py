@@ -226,11 +226,10 @@ def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_
 # reads of /proc fall inside the window.
 CPU_TOLERANCE = 0.05
 # A sample may catch one thread more than the granted cores runnable at a hand-off (a pool worker
-# woken while the thread that woke it has not yet blocked): this share of a launch's samples at most,
-# plus, per repetition, the share of a core other processes took meanwhile (others_cpu_s / E2E).
+# woken while the thread that woke it has not yet blocked): this share of a launch's samples at most.
 # Run alone, the file sees 0-2 such samples of ~30; inside the full suite the 2-core runs saw 18-21 %
-# (4/22, 6/30, 7/33) with others_cpu_s near 0, cause not found yet (issue 20): a plan that kept a
-# third compute thread busy would show most samples over, so 25 % still catches one.
+# (4/22, 6/30, 7/33) with other processes idle (others_cpu_s 0.01-0.03), cause not found yet (issue
+# 20): a plan that kept a third compute thread busy would show most samples over, so 25 % catches it.
 RUNNABLE_OVER_SHARE = 0.25
 
 
@@ -251,17 +250,15 @@ def test_phase_cpu_fits_the_timed_window_and_a_model_only_run_uses_every_core(ic
                    app_settings=settings, loadgen=settings["loadgen"], dlbs=dlbs if tool == "dlbs" else None)
         result = run_job(job, tmp_path / f"{cores}.json", tmp_path / f"lg-{cores}")
         over = samples = 0
-        allowed = 0.0
         for run in result.warmups + result.runs:
             cpu = sum(run.phases[key] for key in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s"))
             assert cpu <= cores * run.e2e_s * (1 + CPU_TOLERANCE), (cores, run.repetition, cpu, run.e2e_s)
             assert run.threads["framework"]["intra_op"] == cores
             counts = run.telemetry["runnable_counts"]
             over, samples = over + sum(counts[cores + 1:]), samples + sum(counts)
-            others = min(1.0, (run.telemetry.get("others_cpu_s") or 0.0) / run.e2e_s)
-            allowed += (RUNNABLE_OVER_SHARE + others) * sum(counts)
-        assert over <= allowed, (cores, allowed, [(r.telemetry["runnable_counts"], r.telemetry.get("others_cpu_s"))
-                                                  for r in result.warmups + result.runs])
+        assert over <= RUNNABLE_OVER_SHARE * samples, (cores, [(r.telemetry["runnable_counts"],
+                                                                r.telemetry.get("runnable_names"))
+                                                               for r in result.warmups + result.runs])
         if tool == "dlbs" and cores == len(CPUS) > 1:
             for run in result.runs:
                 free = cores * run.e2e_s - run.telemetry["others_cpu_s"]
