@@ -5,6 +5,7 @@ file, its model a NumPy linear classifier, and it keeps the app contract every r
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -64,6 +65,24 @@ def test_the_weights_resource_loads_as_it_was_saved(noop_dataset, tmp_path):
     NoopApp.prepare_dataset(tmp_path / "narrow", other)
     with pytest.raises(AppError, match=r"needs W \(8, 10\)"):
         NoopApp(other, tmp_path / "narrow", "CPU", one_thread(), initial_weights=verified_weights(path)).load_model()
+
+
+def test_a_weights_check_hashes_once_per_file(noop_dataset, tmp_path):
+    path = tmp_path / NoopApp.weights_file_name(NOOP_SETTINGS)
+    digest = NoopApp.build_weights(NOOP_SETTINGS, noop_dataset, path)
+    assert verified_weights(path) == {"path": str(path), "sha256": digest, "check": "hashed"}
+    again = verified_weights(path)
+    assert again["sha256"] == digest and again["check"].startswith("unchanged since hashed at ")
+    # the same bytes in a new file (a rebuild) are hashed again; other bytes fail, whatever the record says
+    time.sleep(0.05)  # ctime comes from the kernel's coarse clock
+    path.write_bytes(path.read_bytes())
+    assert verified_weights(path)["check"] == "hashed"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    time.sleep(0.05)
+    path.write_bytes(bytes(data))
+    with pytest.raises(AppError, match="rebuild it"):
+        verified_weights(path)
 
 
 def test_a_granted_plan_of_two_cores_runs_two_slices_of_a_batch(noop_dataset):

@@ -6,8 +6,10 @@ way, so adding an app is one new module registered in ``dlvirt.apps``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +25,8 @@ from dlvirt.core.vocabulary import ThreadPolicy
 DATASET_INFO = "dataset.json"
 # The checksum file beside a weights resource: ``<weights file>.sha256``, the hex digest alone.
 CHECKSUM_SUFFIX = ".sha256"
+# ... and the record of its last full check (verified_weights): ``<weights file>.checked.json``
+CHECKED_SUFFIX = ".checked.json"
 
 
 class AppError(RuntimeError):
@@ -98,19 +102,59 @@ def write_checksum(path: Path) -> str:
     return digest
 
 
+def file_identity(path: Path) -> dict[str, int]:
+    """What changes whenever a file's content may have: its device, inode, size, and modification
+    and status-change times (a write, a rename over it or a touch changes ctime)."""
+    st = Path(path).stat()
+    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns}
+
+
+def known_sha256(path: Path, record: Any) -> str | None:
+    """The digest an earlier hash of ``path`` recorded (``hash_record``), if the file is still the one
+    it hashed (``file_identity``); None: hash it."""
+    if isinstance(record, dict) and record.get("identity") == file_identity(path):
+        return str(record["sha256"])
+    return None
+
+
+def hash_record(path: Path) -> dict[str, Any]:
+    """``path``'s SHA-256 with the file's identity as it was hashed ("identity" None if the file
+    changed meanwhile, so that no later check takes the digest from this record)."""
+    identity = file_identity(path)
+    digest = sha256_file(path)
+    return {"sha256": digest, "identity": identity if file_identity(path) == identity else None,
+            "hashed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def verified_weights(path: Path) -> dict[str, Any]:
-    """A weights resource checked against the checksum file beside it: its path and SHA-256."""
+    """A weights resource checked against the checksum file beside it: its path, SHA-256 and how
+    it was checked (``check``).
+
+    Hashing BERT-large's 1.3 GB costs a second per launch, so a full check is recorded beside the
+    file (``CHECKED_SUFFIX``: ``hash_record``); a later check of the same file (same identity) whose
+    checksum file still names that digest takes the recorded one ("unchanged since hashed"). Where
+    the record cannot be written (a read-only resource), every check hashes."""
     path = Path(path)
     checksum = Path(f"{path}{CHECKSUM_SUFFIX}")
     if not path.is_file() or not checksum.is_file():
         raise AppError(f"weights resource {path}: {'file' if not path.is_file() else 'checksum file'} missing "
                        "(rule weights builds both)")
     want = (checksum.read_text().split() or [""])[0]
-    got = sha256_file(path)
-    if got != want:
-        raise AppError(f"weights resource {path}: sha256 {got} != {want} in {checksum.name}; rebuild it "
-                       "(snakemake --forcerun weights)")
-    return {"path": str(path), "sha256": got}
+    checked = Path(f"{path}{CHECKED_SUFFIX}")
+    try:
+        record = read_document(checked, "weights check")
+    except (OSError, ValueError):  # none yet, or unreadable: hash
+        record = None
+    if known_sha256(path, record) == want:
+        return {"path": str(path), "sha256": want, "check": f"unchanged since hashed at {record['hashed_at']}"}
+    record = hash_record(path)
+    if record["sha256"] != want:
+        raise AppError(f"weights resource {path}: sha256 {record['sha256']} != {want} in {checksum.name}; rebuild "
+                       "it (snakemake --forcerun weights)")
+    with contextlib.suppress(OSError):  # read-only: the next check hashes again
+        write_json_atomic(checked, formats.stamped("weights check", record))
+    return {"path": str(path), "sha256": want, "check": "hashed"}
 
 
 class App(ABC):
@@ -292,11 +336,12 @@ class App(ABC):
     def model_provenance(self) -> dict[str, Any]:
         if self.weights_path is None:
             # random either way; the resource is that same seeded initialisation, saved once
-            source = {"weights_source": "seeded random initialisation, built in this launch"}
+            source: dict[str, Any] = {"weights_source": "seeded random initialisation, built in this launch"}
             if self.initial_weights is not None:
                 source = {"weights_source": "seeded random initialisation, cached (rule weights)",
                           "weights_file": self.initial_weights["path"],
-                          "weights_sha256": self.initial_weights["sha256"]}
+                          "weights_sha256": self.initial_weights["sha256"],
+                          "weights_check": self.initial_weights.get("check")}
             return {"model": self.kind.model, "framework": self.framework, "weights": "random",
                     "seed": self.settings.get("seed", 0), **source}
         return {"model": self.kind.model, "framework": self.framework, "weights": "loaded",

@@ -20,7 +20,7 @@ from dlvirt.core.atomic import read_json
 KEY = "format_version"
 
 Document = Literal["run record", "harness output", "harness job", "plan", "host facts", "summary", "claims",
-                   "compare", "table", "dataset info"]
+                   "compare", "table", "dataset info", "weights check"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ VERSIONS: dict[str, Format] = {
     "compare": Format(4, False),
     "table": Format(1, True),
     "dataset info": Format(1, True),  # a prepared dataset's dataset.json (the run record keeps it as dataset)
+    "weights check": Format(1, False),  # <weights>.checked.json: the file's identity when its hash matched
 }
 
 

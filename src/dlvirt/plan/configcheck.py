@@ -175,17 +175,15 @@ def _read_cache(cache_file: Path | None) -> dict[str, Any]:
 
 
 def _sha256_cached(path: Path, cache: dict[str, Any]) -> str:
-    """The file's sha256, recomputed (and put into ``cache``) only when its size or mtime changed
-    since the cached one."""
-    from dlvirt.apps.base import sha256_file
+    """The file's sha256, recomputed (and put into ``cache``) only when the file is no longer the
+    one the cached digest was computed from (``dlvirt.apps.base.file_identity``)."""
+    from dlvirt.apps.base import hash_record, known_sha256
 
-    stat = path.stat()
     key = str(path.resolve())
-    entry = cache.get(key)
-    if entry and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
-        return str(entry["sha256"])
-    digest = sha256_file(path)
-    cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+    digest = known_sha256(path, cache.get(key))
+    if digest is None:
+        cache[key] = hash_record(path)
+        digest = cache[key]["sha256"]
     return digest
 
 
