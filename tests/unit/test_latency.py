@@ -96,6 +96,14 @@ def test_single_stream_issues_one_query_at_a_time_and_keeps_the_percentiles(tmp_
     assert (tmp_path / "rep-0000" / "mlperf_log_summary.txt").exists()
 
 
+def test_a_partial_warm_up_issues_its_share_of_the_workload_in_whole_batches(tmp_path):
+    app = SleepyApp()
+    record = harness.run_repetition(app, job("mlperf"), 0, tmp_path, share=0.3)  # type: ignore[arg-type]  # a stand-in app
+    assert record.samples == 8 and sorted(app.batches) == [4, 4]  # 0.3 x 24 = 7.2: two batches of 4
+    whole = harness.run_repetition(SleepyApp(), job("mlperf"), 1, tmp_path, estimate_qps=record.samples_per_s)  # type: ignore[arg-type]
+    assert whole.samples == 24 and counts(whole.loadgen)
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_server_batches_what_has_arrived_through_the_same_pipeline(tmp_path, overlap):
     plan = ThreadPlan(policy="granted", cores=2, intra_op=1, inter_op=1, pre_workers=1, overlap=overlap,

@@ -19,6 +19,7 @@ def test_result_files_round_trip(path):
         assert rep.pop("warmup") is False
     # written before replicates: one launch, the default
     assert again.pop("replicate") == 1 and again["spec"].pop("replicate") == 1
+    assert again["spec"].pop("warmup_share") == 1.0  # written before partial warm-ups: whole ones
     assert again.pop("format_version") == 1  # written before format versions: version 1
     assert again == document
 

@@ -147,7 +147,7 @@ def _fake_tool(own_model: bool):
 
     class FakeTool(Tool):
         kind = ToolKind(name="fake", title="a fake tool", measure="model-only", order=9, phases=("infer_s",))
-        timed: list[int] = []
+        timed: list[tuple[int, float]] = []  # (repetition, share of the workload)
 
         @classmethod
         def samples_per_repetition(cls, config, app):
@@ -158,8 +158,8 @@ def _fake_tool(own_model: bool):
             return Outside() if own_model else app
 
         @classmethod
-        def run_repetition(cls, app, job, rep, out_dir, estimate_qps):
-            cls.timed.append(rep)
+        def run_repetition(cls, app, job, rep, out_dir, estimate_qps, share=1.0):
+            cls.timed.append((rep, share))
             now = datetime.now(UTC)
             return Repetition.measured(repetition=rep, e2e_s=1.0, phases={"infer_s": 1.0}, samples=4, batches=1,
                                        observed={}, threads=app.threads.to_dict(), quality={}, started=now,
@@ -184,11 +184,12 @@ def test_the_launch_loop_asks_the_tool(tmp_path, monkeypatch, own_model):
     monkeypatch.setattr(launch, "app_class", lambda name: make_app)
     job = HarnessJob(tool="fake", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
                      repetitions=2, warmup_repetitions=1, threads="granted", batch_size=4, loadgen={},
-                     app_settings={}, dataset_dir=str(tmp_path), run_id="1-test")
+                     app_settings={}, dataset_dir=str(tmp_path), run_id="1-test", warmup_share=0.25)
     job.write(tmp_path / "job.json")
     assert launch.main([str(tmp_path / "job.json"), str(tmp_path / "out")]) == 0
     out = HarnessOutput.read(tmp_path / "out" / "harness.json")
-    assert tool.timed == [0, 1, 2] and len(out.warmups) == 1 and len(out.runs) == 2
+    # the warm-up processes study.warmup_share of the workload, the counted ones all of it
+    assert tool.timed == [(0, 0.25), (1, 1.0), (2, 1.0)] and len(out.warmups) == 1 and len(out.runs) == 2
     assert apps[0].calls == ([] if own_model else ["import", "load", "first"])
     assert out.model["model"] == ("its own" if own_model else "fake")
 
@@ -203,7 +204,7 @@ def test_a_server_launch_calibrates_its_rate_on_one_offline_warm_up(tmp_path, mo
 
     calls = []
 
-    def fake(app, job, rep, out_dir, estimate_qps=None, scenario="Offline", target_qps=None):
+    def fake(app, job, rep, out_dir, estimate_qps=None, scenario="Offline", target_qps=None, share=1.0):
         calls.append((scenario, target_qps))
         now = datetime.now(UTC)
         loadgen = {"validity": "VALID"} if scenario == "Offline" else {"scenario": scenario}

@@ -257,6 +257,7 @@ def benchmark_spec(job):
         "warmup_repetitions": config["study"]["warmup_repetitions"],
         "warmup_max": config["study"]["warmup_max"],
         "warmup_tolerance": config["study"]["warmup_tolerance"],
+        "warmup_share": config["study"]["warmup_share"],
         "threads": config["harness"]["threads"],
         "pipeline": config["harness"]["pipeline"],
         "timeout_s": config["harness"]["timeout_s"],

@@ -177,6 +177,9 @@ class JobSpec(Record):
     # consecutive repetitions agree within the tolerance (None: exactly warmup_repetitions)
     warmup_max: int | None = None
     warmup_tolerance: float | None = None
+    # the share of a counted repetition's workload each of the first warmup_repetitions runs
+    # (run.repetitions.warmup_workload); warm-ups added for steady state are whole repetitions
+    warmup_share: float = 1.0
     # the weights resource (the weights rule): the seeded random initialisation the launch loads;
     # None where weights are configured (apps.<app>.weights.path) or a DLBS experimenter brings its model
     weights_file: str | None = None
@@ -205,6 +208,7 @@ class HarnessJob(Record):
     pipeline: Pipeline | None = None
     warmup_max: int | None = None
     warmup_tolerance: float | None = None
+    warmup_share: float = 1.0
     weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256
 
     @classmethod
@@ -214,7 +218,7 @@ class HarnessJob(Record):
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
                    pipeline=spec.pipeline, warmup_max=spec.warmup_max, warmup_tolerance=spec.warmup_tolerance,
-                   weights=weights)
+                   warmup_share=spec.warmup_share, weights=weights)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ class Measured:
     per_sample_s: float
     cv: float          # within-launch coefficient of variation of E2E (σ_w, log scale; NaN: unknown)
     overhead_s: float  # per launch: start-up, model load and boot
-    warmups: float = math.nan  # warm-ups per launch, as the launches ran them (NaN: not recorded)
+    # warm-ups per launch in counted repetitions' worth of samples, as the launches ran them (NaN: not recorded)
+    warmups: float = math.nan
     components: variance.Components | None = None
 
 
@@ -63,8 +64,11 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
         # the spread the stopping rule sees: the repetitions about their own launch's mean
         components = variance.of_launches([[r.e2e_s for r in record.runs] for record in records])
         overhead = sum(launch_overhead_s(r) for r in records) / len(records)
+        # warm-ups in repetitions' worth: a partial one (study.warmup_share) costs its share of one
+        rep_samples = sum(r.samples for r in reps) / max(1, len(reps))
+        warm_samples = sum(w.samples for record in records for w in record.warmups) / len(records)
         out[key] = Measured(per_sample, components.within_sd, overhead,
-                            sum(len(r.warmups) for r in records) / len(records), components)
+                            warm_samples / rep_samples if rep_samples else math.nan, components)
     return out
 
 
@@ -89,10 +93,12 @@ def adaptive_count(setting: dict[str, Any], cv: float) -> int:
 
 
 def expected_warmups(study: dict[str, Any], m: Measured) -> float:
-    """The warm-ups a launch will run: as many as the measured launches ran, within the config's
-    bounds (without records of them: the config's minimum)."""
-    low = int(study["warmup_repetitions"])
-    high = max(low, int(study.get("warmup_max", low)))
+    """The warm-ups a launch will run, in repetitions' worth: as many as the measured launches ran,
+    within the config's bounds (without records of them: the config's minimum). The first
+    ``warmup_repetitions`` are ``warmup_share`` of a repetition each; the rest whole ones."""
+    first = int(study["warmup_repetitions"])
+    low = first * float(study.get("warmup_share", 1.0))
+    high = low + max(0, int(study.get("warmup_max", first)) - first)
     return low if math.isnan(m.warmups) else min(high, max(low, m.warmups))
 
 

@@ -225,6 +225,7 @@ def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) ->
         "warmup_repetitions": config["study"]["warmup_repetitions"],
         "warmup_max": config["study"].get("warmup_max"),
         "warmup_tolerance": config["study"].get("warmup_tolerance"),
+        "warmup_share": config["study"].get("warmup_share", 1.0),
         # jobs in their planned order: round r (replicate r) of every scenario before round r + 1
         "replicates": config["study"].get("replicates", 1),
         "order_seed": config["study"].get("order_seed", 0),

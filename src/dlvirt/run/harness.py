@@ -49,6 +49,7 @@ from dlvirt.apps.base import App, ThreadPlan
 from dlvirt.core.loadgen import OFFLINE, PERCENTILES, SERVER, SINGLE_STREAM
 from dlvirt.core.records import HarnessJob, Repetition
 from dlvirt.core.vocabulary import PIPELINES, THREAD_POLICIES
+from dlvirt.run.repetitions import warmup_workload
 from dlvirt.system import observe
 
 POLICIES = THREAD_POLICIES
@@ -417,7 +418,8 @@ def server_target_qps(configured: dict[str, Any], offline_qps: list[float]) -> t
 
 
 def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_qps: float | None = None,
-                   scenario: str = OFFLINE, target_qps: tuple[float, str] | None = None) -> Repetition:
+                   scenario: str = OFFLINE, target_qps: tuple[float, str] | None = None,
+                   share: float = 1.0) -> Repetition:
     import mlperf_loadgen as lg
 
     settings_cfg = job.loadgen
@@ -427,6 +429,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
     total = app.sample_count()
     perf_count = min(settings_cfg.get("performance_sample_count") or total, total)
     workload = int(settings_cfg.get("min_query_count") or total)
+    if share < 1.0:  # a partial warm-up: whole batches of it
+        workload = warmup_workload(workload, share, job.batch_size)
 
     settings = lg.TestSettings()
     settings.mode = lg.TestMode.PerformanceOnly

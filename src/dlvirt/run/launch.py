@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     host.first_call()
     timeline["first_call_s"] = time.perf_counter() - first_start
     # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
-    # never counted in the statistics: warmup_repetitions, then until the first two counted ones agree
-    # within warmup_tolerance (else the first is a warm-up too; at most warmup_max: run.repetitions).
+    # never counted in the statistics: warmup_repetitions (each warmup_share of the workload), then
+    # until the first two counted ones agree within warmup_tolerance (else the first is a warm-up
+    # too, a whole one; at most warmup_max: run.repetitions).
     warmups: list[Repetition] = []
     runs: list[Repetition] = []
     estimate_qps: float | None = None
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
-            record = timer.time(rep, out_dir, estimate_qps, warmups)
+            record = timer.time(rep, out_dir, estimate_qps, warmups, job.warmup_share if warming else 1.0)
         telemetry = observe.telemetry(before, observe.counters(), threads)
         # a model held in another process (the tool's own) has nothing to ask: {}
         used = None if sampler is None else gpu.repetition_record(sampler, host.gpu_state())

@@ -3,12 +3,14 @@ paper) or adaptive ``{min, max, rel_ci95}``: stop once the 95 % CI half-width of
 E2E is within ``rel_ci95`` of their mean (never before ``min``), or at ``max``. The interval is
 that of every counted repetition, as the summary counts them (outliers are flagged, not dropped:
 a slow repetition is part of what the platform costs). A cold start is the warm-up's business:
-after ``study.warmup_repetitions`` warm-ups, a first counted repetition that does not agree with the
+after ``study.warmup_repetitions`` warm-ups (each ``study.warmup_share`` of a repetition's workload:
+``warmup_workload``), a first counted repetition that does not agree with the
 next within ``study.warmup_tolerance`` becomes a warm-up too (``unsteady``), at most
 ``study.warmup_max`` in all."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dlvirt.core.interval import relative_half_width
@@ -62,6 +64,13 @@ def steady(counted: list[float], tolerance: float | None) -> bool | None:
     if tolerance is None or len(counted) < 2:
         return None
     return agree(counted[0], counted[1], tolerance)
+
+
+def warmup_workload(workload: int, share: float, unit: int = 1) -> int:
+    """What a warm-up of ``share`` (``study.warmup_share``) processes of a repetition's ``workload``:
+    that share rounded up to whole ``unit``s (batches), at least one unit, at most the workload."""
+    units = max(1, math.ceil(share * workload / unit - 1e-9))
+    return min(workload, units * unit)
 
 
 def warmup_problem(minimum: int, maximum: int | None, ran: int) -> str | None:

@@ -75,9 +75,11 @@ class Timer:
         """Whether the next repetition is the tool's own warm-up (never counted)."""
         return False
 
-    def time(self, rep: int, out_dir: Path, estimate_qps: float | None, warmups: list[Repetition]) -> Repetition:
-        """Time repetition ``rep`` (``estimate_qps``: the previous one's rate; ``warmups``: so far)."""
-        return self.tool.run_repetition(self.app, self.job, rep, out_dir, estimate_qps)
+    def time(self, rep: int, out_dir: Path, estimate_qps: float | None, warmups: list[Repetition],
+             share: float = 1.0) -> Repetition:
+        """Time repetition ``rep`` (``estimate_qps``: the previous one's rate; ``warmups``: so far;
+        ``share``: of the workload, below 1 for a partial warm-up, ``run.repetitions.warmup_workload``)."""
+        return self.tool.run_repetition(self.app, self.job, rep, out_dir, estimate_qps, share)
 
 
 class Tool(ABC):
@@ -125,5 +127,6 @@ class Tool(ABC):
     @classmethod
     @abstractmethod
     def run_repetition(cls, app: App, job: HarnessJob, rep: int, out_dir: Path,
-                       estimate_qps: float | None) -> Repetition:
-        """Time one repetition (``estimate_qps``: the previous repetition's rate, None for the first)."""
+                       estimate_qps: float | None, share: float = 1.0) -> Repetition:
+        """Time one repetition (``estimate_qps``: the previous repetition's rate, None for the first;
+        ``share``: the part of the workload it processes, ``run.repetitions.warmup_workload``)."""

@@ -36,6 +36,7 @@ from dlvirt.apps import app_class
 from dlvirt.apps.base import App
 from dlvirt.core.kinds import ToolKind
 from dlvirt.core.records import HarnessJob, Repetition
+from dlvirt.run.repetitions import warmup_workload
 from dlvirt.run.tools.base import ModelHost, OutsideModel, PathCheck, Tool
 from dlvirt.system import observe
 
@@ -196,8 +197,9 @@ def _time_experimenter(job: HarnessJob, params: dict[str, Any], log_file: Path) 
     return np.asarray(data, dtype=float)
 
 
-def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repetition:
-    """Time one repetition's batches and write its DLBS log; the record the harness keeps."""
+def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, share: float = 1.0) -> Repetition:
+    """Time one repetition's batches (``share`` of them, whole ones, for a partial warm-up) and write
+    its DLBS log; the record the harness keeps."""
     rep_dir = out_dir / f"rep-{rep:04d}"
     rep_dir.mkdir(parents=True, exist_ok=True)
     log_file = rep_dir / LOG_NAME
@@ -205,6 +207,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path) -> Repeti
     dlbs_model = experimenter_model(job)
     title = str(app.model_provenance()["model"]) if dlbs_model is None else dlbs_model
     params = experiment(job, app.framework, dlbs_model or model_id(title))
+    params["exp.num_batches"] = warmup_workload(params["exp.num_batches"], share)
     started = datetime.now(UTC)
     infer_cpu_s: float | None = None  # the experimenter runs in another process: its CPU is not ours to read
     if dlbs_model is None:
@@ -274,5 +277,5 @@ class Dlbs(Tool):
 
     @classmethod
     def run_repetition(cls, app: App, job: HarnessJob, rep: int, out_dir: Path,
-                       estimate_qps: float | None) -> Repetition:
-        return run_repetition(app, job, rep, out_dir)
+                       estimate_qps: float | None, share: float = 1.0) -> Repetition:
+        return run_repetition(app, job, rep, out_dir, share)

@@ -37,15 +37,17 @@ class LoadGenTimer(Timer):
         return (self.scenario == SERVER and self.target is None and not self.calibrated
                 and not self.job.loadgen.get("server_target_qps"))
 
-    def time(self, rep: int, out_dir: Path, estimate_qps: float | None, warmups: list[Repetition]) -> Repetition:
+    def time(self, rep: int, out_dir: Path, estimate_qps: float | None, warmups: list[Repetition],
+             share: float = 1.0) -> Repetition:
         if self.calibrating():  # Server's target rate is a share of the Offline throughput this measures
             self.calibrated = True
-            return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps)
+            return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps, share=share)
         if self.scenario == SERVER and self.target is None:
             offline = [r.samples_per_s for r in warmups if r.samples_per_s and r.loadgen
                        and "scenario" not in r.loadgen]
             self.target = harness.server_target_qps(self.job.loadgen, offline)
-        return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps, self.scenario, self.target)
+        return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps, self.scenario, self.target,
+                                      share)
 
 
 class MLPerf(Tool):
@@ -63,5 +65,5 @@ class MLPerf(Tool):
 
     @classmethod
     def run_repetition(cls, app: App, job: HarnessJob, rep: int, out_dir: Path,
-                       estimate_qps: float | None) -> Repetition:
-        return harness.run_repetition(app, job, rep, out_dir, estimate_qps, split_tool(job.tool)[1])
+                       estimate_qps: float | None, share: float = 1.0) -> Repetition:
+        return harness.run_repetition(app, job, rep, out_dir, estimate_qps, split_tool(job.tool)[1], share=share)
