@@ -36,7 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -264,15 +264,21 @@ def _cores(load: float | None) -> str:
     return "an unrecorded number of" if load is None else f"{load:.2f}"
 
 
-def others_cores(records: list[JobResult]) -> dict[tuple[str, str, str], float]:
-    """Per (run tool, app, scenario): the cores other processes kept busy during its repetitions (the
-    mean of their ``others_cpu_s`` / E2E), where the records have the telemetry."""
-    seen: dict[tuple[str, str, str], list[float]] = {}
+def others_per_repetition(records: list[JobResult]) -> Iterator[tuple[tuple[str, str, str], float]]:
+    """(run tool, app, scenario) and the cores other processes kept busy during each counted
+    repetition (its ``others_cpu_s`` / E2E), where the telemetry has it."""
     for record in records:
         for run in record.runs:
             others = (run.telemetry or {}).get("others_cpu_s")
             if others is not None and run.e2e_s > 0:
-                seen.setdefault((record.tool, record.app, record.scenario_name), []).append(others / run.e2e_s)
+                yield (record.tool, record.app, record.scenario_name), others / run.e2e_s
+
+
+def others_cores(records: list[JobResult]) -> dict[tuple[str, str, str], float]:
+    """Per (run tool, app, scenario): the mean cores other processes kept busy during its repetitions."""
+    seen: dict[tuple[str, str, str], list[float]] = {}
+    for key, cores in others_per_repetition(records):
+        seen.setdefault(key, []).append(cores)
     return {key: sum(values) / len(values) for key, values in seen.items()}
 
 
@@ -293,9 +299,9 @@ def _load(records: list[JobResult]) -> dict[str, str | None]:
     """How busy the machine was around the repetitions, from their telemetry: the cores other
     processes used meanwhile (others_cpu_s / E2E) and the steal time; a shared or loaded machine
     explains a ratio that no version or setting does."""
-    seen = [(r.telemetry, r.e2e_s) for record in records for r in record.runs if r.telemetry and r.e2e_s > 0]
-    others = [t["others_cpu_s"] / e2e for t, e2e in seen if t.get("others_cpu_s") is not None]
-    steal = [t["steal_pct"] for t, _ in seen if t.get("steal_pct") is not None]
+    others = [cores for _, cores in others_per_repetition(records)]
+    steal = [r.telemetry["steal_pct"] for record in records for r in record.runs
+             if r.telemetry and r.telemetry.get("steal_pct") is not None]
     return {"cores other processes used during the repetitions (mean)": f"{sum(others) / len(others):.2f}"
             if others else None,
             "steal time during the repetitions (mean %)": f"{sum(steal) / len(steal):.1f}" if steal else None}
