@@ -147,7 +147,7 @@ def _fake_tool(own_model: bool):
 
     class FakeTool(Tool):
         kind = ToolKind(name="fake", title="a fake tool", measure="model-only", order=9, phases=("infer_s",))
-        timed: list[tuple[int, float]] = []  # (repetition, share of the workload)
+        timed: list[tuple[int, float, float | None]] = []  # (repetition, share of the workload, estimate)
 
         @classmethod
         def samples_per_repetition(cls, config, app):
@@ -159,7 +159,7 @@ def _fake_tool(own_model: bool):
 
         @classmethod
         def run_repetition(cls, app, job, rep, out_dir, estimate_qps, share=1.0):
-            cls.timed.append((rep, share))
+            cls.timed.append((rep, share, estimate_qps))
             now = datetime.now(UTC)
             return Repetition.measured(repetition=rep, e2e_s=1.0, phases={"infer_s": 1.0}, samples=4, batches=1,
                                        observed={}, threads=app.threads.to_dict(), quality={}, started=now,
@@ -188,8 +188,10 @@ def test_the_launch_loop_asks_the_tool(tmp_path, monkeypatch, own_model):
     job.write(tmp_path / "job.json")
     assert launch.main([str(tmp_path / "job.json"), str(tmp_path / "out")]) == 0
     out = HarnessOutput.read(tmp_path / "out" / "harness.json")
-    # the warm-up processes study.warmup_share of the workload, the counted ones all of it
-    assert tool.timed == [(0, 0.25), (1, 1.0), (2, 1.0)] and len(out.warmups) == 1 and len(out.runs) == 2
+    # the warm-up processes study.warmup_share of the workload, the counted ones all of it; a partial
+    # warm-up's rate is no estimate for the next repetition's LoadGen settings, a whole one's is
+    assert tool.timed == [(0, 0.25, None), (1, 1.0, None), (2, 1.0, 4.0)]
+    assert len(out.warmups) == 1 and len(out.runs) == 2
     assert apps[0].calls == ([] if own_model else ["import", "load", "first"])
     assert out.model["model"] == ("its own" if own_model else "fake")
 

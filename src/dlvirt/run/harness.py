@@ -365,8 +365,8 @@ def loadgen_settings(configured: dict[str, Any], workload: int, estimate_qps: fl
     """``expected_qps`` and ``min_duration_ms`` as configured, or derived (configured null) from
     ``estimate_qps``, the rate of the job's previous repetition, so that LoadGen issues exactly the
     workload and a normal repetition is VALID: it meets a minimum duration that a repetition
-    much faster than the previous one would miss. The first repetition of a job has no estimate:
-    1 sample/s and no minimum duration (the warm-up repetition is that one)."""
+    much faster than the previous one would miss. The first repetition of a job, and one after a
+    partial warm-up (``study.warmup_share``), has no estimate: 1 sample/s and no minimum duration."""
     qps = configured.get("expected_qps")
     duration = configured.get("min_duration_ms")
     derived = qps is None or duration is None

@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
-            record = timer.time(rep, out_dir, estimate_qps, warmups, job.warmup_share if warming else 1.0)
+            share = job.warmup_share if warming else 1.0
+            record = timer.time(rep, out_dir, estimate_qps, warmups, share)
         telemetry = observe.telemetry(before, observe.counters(), threads)
         # a model held in another process (the tool's own) has nothing to ask: {}
         used = None if sampler is None else gpu.repetition_record(sampler, host.gpu_state())
@@ -82,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         record = dataclasses.replace(
             record, warmup=warming, gpu=used, telemetry=telemetry,
             threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported})
-        estimate_qps = record.samples_per_s
+        # the next repetition's LoadGen settings start from this one's rate; a partial warm-up's
+        # spreads a repetition's fixed costs over fewer samples and would understate it, so that
+        # a normal repetition missed the minimum duration derived from it (INVALID): no estimate
+        estimate_qps = record.samples_per_s if share == 1.0 else None
         latency = (record.loadgen or {}).get("latency_ns") or {}
         tail = f", p50 {latency['p50'] / 1e6:.2f} ms, p99 {latency['p99'] / 1e6:.2f} ms" \
             if latency.get("p50") and latency.get("p99") else ""
