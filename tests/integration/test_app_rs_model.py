@@ -2,6 +2,7 @@
 resource, and one real benchmark job on BM (the data: tests/unit/test_app_rs.py)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,6 +68,8 @@ def test_the_weights_resource_is_the_seeded_initialisation_loaded_as_it_was_save
     cached.load_model()
     saved, loaded = module_tensors(built.model), module_tensors(cached.model)
     assert saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)  # buffers too
+    # the tensors live in the process's own memory: the file is no longer mapped once loaded
+    assert str(path) not in Path("/proc/self/maps").read_text()
     batch = built.synthetic_batch(2)
     assert [np.array_equal(a[0], b[0]) for a, b in zip(built.infer(batch), cached.infer(batch), strict=True)] == \
         [True, True]

@@ -105,13 +105,15 @@ def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
     the meta device, so nothing is initialised only to be overwritten, then every tensor assigned.
     A file that does not hold exactly the module's tensors, in their shapes, is an AppError.
 
-    The tensors are mapped from the file (``mmap``), not copied into memory: the model computes on
-    the page cache's pages, which the first call that touches them faults in (a warm-up's cost, as
-    any lazily initialised state). BERT-large's 1.3 GB here: 0.06 s instead of 2.2 s to load, and
-    the same forward time (docs/measurement.md, "Launch cost")."""
+    The file is mapped (``mmap``) and each tensor copied once into the process's own memory: as
+    fast as the kernel copies pages (BERT-large's 1.3 GB: 0.65 s here, against 1.8-2.5 s for
+    ``torch.load``'s own reading), and the model then computes on memory charged to the job as
+    anonymous memory. Computing on the mapped file's pages instead would fault them in during the
+    repetitions (RS's embedding rows as a repetition first looks them up, at a platform's own
+    page-fault cost) and, under a memory limit, let the kernel drop and re-read them mid-measurement."""
     import torch
 
-    state = load_state_dict(path, setting, mmap=True)
+    state = {name: tensor.clone() for name, tensor in load_state_dict(path, setting, mmap=True).items()}
     with torch.device("meta"), _skip_initialisation():
         model = build()
     wanted = module_tensors(model)
