@@ -207,7 +207,7 @@ def test_a_server_launch_calibrates_its_rate_on_one_offline_warm_up(tmp_path, mo
     calls = []
 
     def fake(app, job, rep, out_dir, estimate_qps=None, scenario="Offline", target_qps=None, share=1.0):
-        calls.append((scenario, target_qps))
+        calls.append((scenario, target_qps, share))
         now = datetime.now(UTC)
         loadgen = {"validity": "VALID"} if scenario == "Offline" else {"scenario": scenario}
         return Repetition.measured(repetition=rep, e2e_s=1.0, phases={}, samples=40, batches=1, observed={},
@@ -220,8 +220,8 @@ def test_a_server_launch_calibrates_its_rate_on_one_offline_warm_up(tmp_path, mo
                      run_id="1-test")
     timer = tool_class(job.tool).timer(object(), job)  # type: ignore[arg-type]
     assert timer.calibrating()
-    warm = timer.time(0, tmp_path, None, [])
-    assert not timer.calibrating()
+    warm = timer.time(0, tmp_path, None, [], share=0.2)
+    assert not timer.calibrating() and calls[0][2] == 1.0  # the calibration runs the whole workload
     timer.time(1, tmp_path, 40.0, [warm])
     timer.time(2, tmp_path, 40.0, [warm])
     assert [c[0] for c in calls] == ["Offline", "Server", "Server"]

@@ -7,8 +7,8 @@ section, so the tool has no config section of its own.
 
 In a LoadGen scenario other than Offline (``study.scenarios``, ``dlvirt.core.loadgen``) the job's run
 tool is ``mlperf-<Scenario>``; the registry resolves it to this tool, and its timer runs that scenario.
-A Server launch without a configured rate first measures the Offline throughput, as a warm-up, and
-sets its target rate from it.
+A Server launch without a configured rate first measures the Offline throughput over the whole
+workload (whatever ``study.warmup_share``), as a warm-up, and sets its target rate from it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ class LoadGenTimer(Timer):
              share: float = 1.0) -> Repetition:
         if self.calibrating():  # Server's target rate is a share of the Offline throughput this measures
             self.calibrated = True
-            return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps, share=share)
+            # over the whole workload, whatever study.warmup_share: a partial warm-up spreads a
+            # repetition's fixed costs over fewer samples and understates the throughput
+            return harness.run_repetition(self.app, self.job, rep, out_dir, estimate_qps)
         if self.scenario == SERVER and self.target is None:
             offline = [r.samples_per_s for r in warmups if r.samples_per_s and r.loadgen
                        and "scenario" not in r.loadgen]
