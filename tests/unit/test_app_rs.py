@@ -3,13 +3,23 @@ pre- and post-processing on known inputs, the real dataset's checks (the model:
 tests/integration/test_app_rs_model.py)."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from conftest import RS_DATASET, RS_SETTINGS, one_thread
 from dlvirt.apps.base import AppError
-from dlvirt.apps.rs import DATA_FILE, Recommendation, line_offsets, lines_per_sample, parse_hex, parse_lines, roc_auc
+from dlvirt.apps.rs import (
+    DATA_FILE,
+    Recommendation,
+    average_ranks,
+    line_offsets,
+    lines_per_sample,
+    parse_hex,
+    parse_lines,
+    roc_auc,
+)
 
 THREADS = one_thread()
 
@@ -87,6 +97,21 @@ def test_roc_auc_on_known_scores():
     assert roc_auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])) == 0.75
     assert roc_auc(np.array([0, 1]), np.array([0.5, 0.5])) == 0.5
     assert roc_auc(np.array([1, 1]), np.array([0.2, 0.3])) is None
+
+
+def test_average_ranks_are_scipys_tied_ranks():
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(4)
+    for size in (1, 2, 7, 500):
+        scores = rng.integers(0, 5, size).astype(np.float32) / 4  # many ties
+        assert np.array_equal(average_ranks(scores), rankdata(scores))
+    scores = np.repeat(np.array([0.3, 0.1, 0.7], dtype=np.float32), [3, 2, 4])
+    assert average_ranks(scores).tolist() == [4.0] * 3 + [1.5] * 2 + [7.5] * 4
+    # a NaN score (a broken model) makes every rank NaN, as rankdata does, and so the AUC
+    broken = np.array([0.2, np.nan, 0.9], dtype=np.float32)
+    assert np.isnan(rankdata(broken)).all() and np.isnan(average_ranks(broken)).all()
+    assert math.isnan(roc_auc(np.array([0, 1, 1]), broken))
 
 
 def test_synthetic_dataset_preprocesses_and_postprocesses_known_ctrs(rs_dataset, tmp_path):

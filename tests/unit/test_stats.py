@@ -1,13 +1,15 @@
 import dataclasses
 import math
 import statistics
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import FIXTURES as FIXTURE_DIR
 from dlvirt.analysis.stats import estimate
-from dlvirt.core.interval import outliers
+from dlvirt.core.interval import outliers, t_half_width
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
 
@@ -41,6 +43,22 @@ def test_student_t_interval_matches_textbook_value():
     est = estimate([1.0, 2.0, 3.0, 4.0])
     assert est.mean == pytest.approx(2.5)
     assert est.ci95 == pytest.approx(3.18245 * 1.290994 / 2, rel=1e-4)
+
+
+def test_t_quantile_is_scipy_stats_t_without_importing_scipy_stats():
+    """The harness ends every launch with one interval: its quantile comes from scipy.special, whose
+    import costs a launch a quarter of scipy.stats' (and a TCG guest far more)."""
+    from scipy import stats
+
+    for n in (2, 3, 4, 10, 50):
+        for level in (0.9, 0.95, 0.99):
+            assert t_half_width(1.0, n, level) == pytest.approx(stats.t.ppf(0.5 + level / 2, n - 1) / math.sqrt(n),
+                                                                rel=1e-12)
+    script = ("import sys; from dlvirt.core.interval import relative_half_width; from dlvirt.apps.rs import roc_auc; "
+              "import numpy as np; relative_half_width([1.0, 2.0]); roc_auc(np.array([0, 1]), np.array([0.1, 0.2])); "
+              "print('scipy.stats' in sys.modules)")
+    imported = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert imported.stdout.strip() == "False", imported.stderr
 
 
 def test_single_value_has_no_interval():
