@@ -23,11 +23,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.platforms.vm import VirtualMachine
 from dlvirt.run.runner import new_run_id
-from dlvirt.core.scenario import Scenario
 
 
 def boot_times(cls: type[VirtualMachine] | type[MicroVM], image: Path, vcpus: int, boots: int,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS
 from dlvirt.analysis.claims.simulate import Design, per_case_half_width, rates
+from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS
 from dlvirt.core.records import JobResult
 
 REPO = Path(__file__).resolve().parent.parent

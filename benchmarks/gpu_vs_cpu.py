@@ -30,6 +30,7 @@ from dlvirt.analysis.aggregate import summarise_launches
 from dlvirt.apps import app_class
 from dlvirt.run.runner import run_job
 from dlvirt.system.hostinfo import node_identity
+
 from jobs import job_spec  # benchmarks/jobs.py: the spec every benchmark script builds
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import fresh_raw_loop, job_spec, settings  # noqa: E402 - benchmarks/jobs.py
-
 from dlvirt.apps.ic import ImageClassification  # noqa: E402
 from dlvirt.run.runner import run_job  # noqa: E402
 from dlvirt.system.hostinfo import node_identity  # noqa: E402
+
+from jobs import fresh_raw_loop, job_spec, settings  # noqa: E402 - benchmarks/jobs.py
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from dlvirt.analysis.aggregate import summarise_launches
 from dlvirt.apps import app_class
 from dlvirt.run.runner import run_job
 from dlvirt.system.hostinfo import node_identity
+
 from gpu_vs_cpu import app_settings  # benchmarks/gpu_vs_cpu.py: reduced workloads, schema defaults
 from jobs import MEMORY_MIB, job_spec
 

@@ -29,12 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import fresh_raw_loop, job_spec, study_config  # noqa: E402 - benchmarks/jobs.py: the default study's settings
-
 from dlvirt.apps import app_class  # noqa: E402
 from dlvirt.core.records import JobResult  # noqa: E402
 from dlvirt.run.runner import run_job  # noqa: E402
 from dlvirt.system.hostinfo import node_identity  # noqa: E402
+
+from jobs import fresh_raw_loop, job_spec, study_config  # noqa: E402 - benchmarks/jobs.py: the default study's settings
 
 
 def measured(result: JobResult, cores: int) -> dict:

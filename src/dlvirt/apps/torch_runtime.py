@@ -106,11 +106,12 @@ def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
     A file that does not hold exactly the module's tensors, in their shapes, is an AppError.
 
     The file is mapped (``mmap``) and each tensor copied once into the process's own memory: as
-    fast as the kernel copies pages (BERT-large's 1.3 GB: 0.65 s here, against 1.8-2.5 s for
-    ``torch.load``'s own reading), and the model then computes on memory charged to the job as
-    anonymous memory. Computing on the mapped file's pages instead would fault them in during the
-    repetitions (RS's embedding rows as a repetition first looks them up, at a platform's own
-    page-fault cost) and, under a memory limit, let the kernel drop and re-read them mid-measurement."""
+    fast as the kernel copies pages (BERT-large's 1.3 GB: 0.34-0.8 s here, against 1.8-2.5 s for
+    ``torch.load``'s own reading; more on a host slow to give fresh memory), and the model then
+    computes on memory charged to the job as anonymous memory. Computing on the mapped file's pages
+    instead would fault them in during the repetitions (RS's embedding rows as a repetition first
+    looks them up, at a platform's own page-fault cost) and, under a memory limit, let the kernel
+    drop and re-read them mid-measurement."""
     import torch
 
     state = {name: tensor.clone() for name, tensor in load_state_dict(path, setting, mmap=True).items()}
