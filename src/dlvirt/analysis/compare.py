@@ -70,7 +70,9 @@ COLUMNS = [formats.KEY, *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_
 # A scenario during whose repetitions other processes kept more than this many cores busy in either
 # study (the mean of others_cpu_s / E2E) is no evidence of a slow-down or a speed-up: its times depend
 # on what else ran (the same config run twice beside other work, 1.44 and 1.56 cores of it, gave
-# B/A 1.93). On a quiet machine dlvirt's own daemons and Snakemake take a few hundredths of a core.
+# B/A 1.93). On a quiet machine dlvirt's own daemons and Snakemake take a few hundredths of a core:
+# the default study alone on a 2-core AMD EPYC guest (2026-12-03) gave 0.05 per repetition (median,
+# 0.17 at most of 240) and 0.07 at most as a scenario's mean, so 0.25 flags none of that.
 LOADED_CORES = 0.25
 # what a row's launches are compared on: E2E (launch means), or a latency row's p99 per launch
 E2E, P99 = "E2E", "p99 latency"
