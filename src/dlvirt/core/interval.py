@@ -18,8 +18,8 @@ def t_half_width(std: float, n: int, level: float = 0.95) -> float:
     if n < 2:
         return math.nan
     # The t quantile from scipy.special (stdtrit, what scipy.stats.t.ppf computes): the harness of
-    # every job computes one at its end, and scipy.stats costs 0.64 s to import here against 0.18 s
-    # for scipy.special (38 s in a TCG guest): most of what a launch spent after its last repetition
+    # every job computes one at its end, and importing scipy.stats cost 0.64 s here (38 s in a TCG
+    # guest) against 0.18 s for scipy.special: most of what a launch spent after its last repetition
     from scipy.special import stdtrit
 
     return float(stdtrit(n - 1, 0.5 + level / 2) * std / math.sqrt(n))
