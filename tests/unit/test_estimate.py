@@ -82,7 +82,14 @@ def test_design_sizing_from_known_components():
 
     from scipy import stats as sps
 
-    from dlvirt.plan.design import Inputs, launches_needed, optimal_repetitions, project, recommended_repetitions
+    from dlvirt.plan.design import (
+        Inputs,
+        launches_for_equivalence,
+        launches_needed,
+        optimal_repetitions,
+        project,
+        recommended_repetitions,
+    )
 
     given = Inputs(within=0.07 ** 2, between=0.086 ** 2, launch_s=15.0, repetition_s=3.0, basis="given")
     assert optimal_repetitions(given) == pytest.approx(math.sqrt(15 / 3 * 0.0049 / 0.007396))  # 1.82
@@ -101,6 +108,16 @@ def test_design_sizing_from_known_components():
     need = launches_needed(given, 2, 24, 0.12)
     assert need == 5
     assert project(given, need, 2, 24).half_width <= 0.12 < project(given, need - 1, 2, 24).half_width
+    # showing "alike within ±5 %" at a true zero needs a half-width well inside the margin
+    alike = launches_for_equivalence(given, 2, 24, 0.05, cases=4)
+    assert project(given, alike, 2, 24, 4).equivalence >= 0.8 > project(given, alike - 1, 2, 24, 4).equivalence
+    assert project(given, alike, 2, 24, 4).half_width < 0.05 / 1.5 and alike > launches_needed(given, 2, 24, 0.05, 4)
+    # TOST at a true zero (hand computation): both one-sided tests reject iff |estimate| < bound - t·se
+    sized = project(given, alike, 2, 24, 4)
+    t = sps.t.ppf(0.95, sized.df)
+    assert sized.equivalence == pytest.approx(2 * sps.t.cdf(math.log(1.05) / sized.se - t, sized.df) - 1)
+    assert claim.equivalence == 0.0  # 3 launches: the interval (±7 %) is wider than the margin
+    assert launches_for_equivalence(Inputs(0.5, 0.5, 1.0, 1.0, ""), 2, 24, 0.05, most=50) is None
 
 
 def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatch, capsys):
@@ -139,6 +156,8 @@ def test_design_reads_components_and_costs_from_run_records(tmp_path, monkeypatc
                  "--launch-s", "15", "--repetition-s", "3"]) == 0
     out = capsys.readouterr().out
     assert "n* = sqrt(c_launch / c_rep · σ²_w / σ²_b) = 1.82 → 2" in out and "per-case comparison" in out
+    assert "for it to show alike within ±5% in 80% of studies when there is no difference" in out
+    assert "comes out alike within ±5% (a claim of a difference: `does not hold`) in" in out  # 5 launches: too few
     assert main(["plan", "--design", "--runs", str(tmp_path / "none")]) != 0
     assert "give --within-cv" in capsys.readouterr().err
 

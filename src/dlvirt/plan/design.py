@@ -12,7 +12,9 @@ average of ``k`` such cases ``2 v / (L k)`` (a ratio of ratios: twice that), wit
 model's residual degrees of freedom ``S L − S − (L − 1)`` (S scenarios, rounds as blocks).
 Half-widths are of the 90 % interval (two one-sided tests at 5 %), shown as relative ratios
 ``exp(h) − 1``. Power: the one-sided test against a true effect, and the equivalence test (TOST)
-at a true zero; both normal-theory approximations with the model's df (noncentral t).
+at a true zero; both normal-theory approximations with the model's df (noncentral t). A claim that
+an effect is absent needs the second: a half-width at the margin gives TOST no chance at a true
+zero, so the design also says how many launches give it an 80 % chance.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dlvirt.plan.planner import kinds
 ALPHA = 0.05          # per one-sided test: 90 % intervals
 EFFECTS = (0.10, 0.20)  # true effects the power is shown for
 MIN_REPETITIONS = 2   # below two, a launch shows no spread of its own
+EQUIVALENCE_POWER = 0.8  # the chance to show "alike within the margin" that a design is sized for
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,17 @@ def launches_needed(inputs: Inputs, repetitions: float, scenarios: int, target: 
     """The fewest launches per scenario whose contrast half-width is within ``target`` (None: not within ``most``)."""
     for launches in range(2, most + 1):
         if project(inputs, launches, repetitions, scenarios, cases).half_width <= target:
+            return launches
+    return None
+
+
+def launches_for_equivalence(inputs: Inputs, repetitions: float, scenarios: int, margin: float, cases: int = 1,
+                             power: float = EQUIVALENCE_POWER, most: int = 1000) -> int | None:
+    """The fewest launches per scenario at which a contrast with no true difference is shown alike
+    within ±``margin`` (TOST) with probability ``power``: what a claim needs to come out
+    ``does not hold`` when the effect it claims is absent (None: not within ``most``)."""
+    for launches in range(2, most + 1):
+        if project(inputs, launches, repetitions, scenarios, cases, margin).equivalence >= power:
             return launches
     return None
 
@@ -202,11 +216,19 @@ def report(inputs: Inputs, config: dict[str, Any], scenarios: list[tuple[str, Sc
             for part, cases in sorted(parts.items()):
                 p = project(inputs, launches, repetitions, count, cases, margin=margin)
                 lines.append(f"  {claims}: {what}, {part}: {cases} case(s): half-width {_pct(p.half_width)}, "
-                             + ", ".join(f"power {v:.0%} at {e:.0%}" for e, v in p.power.items()))
+                             + ", ".join(f"power {v:.0%} at {e:.0%}" for e, v in p.power.items())
+                             + f", alike within ±{margin:.0%} at 0: {p.equivalence:.0%}")
     fewest = min((c for _, _, parts in claim_parts(scenarios) for c in parts.values()), default=1)
     need_case = launches_needed(inputs, n_rec, count, target_case)
     need_claim = launches_needed(inputs, n_rec, count, target_claim, cases=fewest)
+    need_alike = launches_for_equivalence(inputs, n_rec, count, margin, cases=fewest)
     lines.append(f"launches per scenario at n = {n_rec}: {need_case or '> 1000'} for a per-case half-width "
                  f"≤ {target_case:.0%}, {need_claim or '> 1000'} for the smallest claim part ({fewest} case(s)) "
-                 f"≤ {target_claim:.0%}")
+                 f"≤ {target_claim:.0%}, {need_alike or '> 1000'} for it to show alike within ±{margin:.0%} in "
+                 f"{EQUIVALENCE_POWER:.0%} of studies when there is no difference")
+    if launches >= 2 and (need_alike is None or launches < need_alike):
+        chance = project(inputs, launches, repetitions, count, fewest, margin).equivalence
+        lines.append(f"with this config's {launches} launch(es) a claim part of {fewest} case(s) whose true effect "
+                     f"is 0 comes out alike within ±{margin:.0%} (a claim of a difference: `does not hold`) in "
+                     f"{chance:.0%} of studies, else inconclusive")
     return "\n".join(lines)
