@@ -16,6 +16,7 @@ import pytest
 
 from conftest import FIXTURES as FIXTURE_DIR
 from dlvirt.analysis.aggregate import MixedCodeError, summarise
+from dlvirt.apps.base import OMP_SPIN_COUNT
 from dlvirt.core import codeversion
 from dlvirt.platforms.base import Expected, verify
 from dlvirt.run.harness import StageClock, ThreadPlanError, check_framework_threads, loadgen_settings, plan_threads
@@ -57,6 +58,15 @@ def test_a_framework_running_other_counts_than_the_granted_plan_fails():
     check_framework_threads(plan, {"intra_op": 2, "inter_op": 1})
     with pytest.raises(ThreadPlanError, match="intra_op 1 != planned 2"):
         check_framework_threads(plan, {"intra_op": 1, "inter_op": 1})
+    # an OpenMP framework must have loaded with the plan's spin count; one that reports none is not checked
+    assert plan.openmp_environment() == {"GOMP_SPINCOUNT": str(OMP_SPIN_COUNT)}
+    check_framework_threads(plan, {"intra_op": 2, "inter_op": 1, "gomp_spincount_env": str(OMP_SPIN_COUNT)})
+    with pytest.raises(ThreadPlanError, match=f"GOMP_SPINCOUNT None != planned {OMP_SPIN_COUNT}"):
+        check_framework_threads(plan, {"intra_op": 2, "inter_op": 1, "gomp_spincount_env": None})
+    assert plan_threads("framework-default", observed(2, None)).openmp_environment() == {}
+    # an app pre-processing on the framework's own threads keeps OpenMP's spins, as does a split plan
+    assert plan_threads("granted", observed(2, None), None, pre_on_framework=True).openmp_environment() == {}
+    assert plan_threads("granted", observed(2, None), "overlapped").openmp_environment() == {}
 
 
 def test_stage_busy_time_is_the_union_of_its_intervals_not_their_sum():

@@ -33,6 +33,17 @@ class AppError(RuntimeError):
     pass
 
 
+# libgomp's spins after a parallel region under a granted plan whose stages alternate and whose
+# app pre-processes on worker threads. Short enough that the helpers sleep through a
+# pre-processing step of a millisecond and more: the default 300 000 spins (~10 ms here) outlast
+# RS's whole step, so its second worker ran beside a spinning helper and pre-processing on two
+# workers took as long as on one. Long enough for a model's gaps between its own regions: 0
+# spins halved SR's rate, 1 000-3 000 let its helpers fall asleep between the decoder's small
+# regions. SR pre-processes on the framework's threads and keeps OpenMP's own (its 2-core rate
+# fell at 10 000). Measured on the AMD EPYC guest, 2026-12-04; docs/measurement.md, "Idle helpers".
+OMP_SPIN_COUNT = 10_000
+
+
 @dataclass(frozen=True)
 class ThreadPlan:
     """Threads the harness and the app's framework use.
@@ -46,6 +57,13 @@ class ThreadPlan:
     intra-op threads. ``framework-default``: dlvirt sets no framework thread count at all
     (``None``) and sizes its pre-processing pool as Python's default does, the model of a plain
     application.
+
+    ``omp_spin_count``: how long an OpenMP (libgomp: PyTorch's) pool thread spins for more work
+    after a parallel region before it sleeps (``GOMP_SPINCOUNT``, applied before the framework
+    loads; None: OpenMP's own, 300 000 spins). A granted plan whose stages alternate shortens it to
+    ``OMP_SPIN_COUNT`` where pre-processing runs on worker threads, so that the intra-op helpers of
+    the inference just done sleep instead of spinning through the pre-processing beside its N
+    workers (a spinning helper is a runnable thread on a granted core doing nothing).
     """
 
     policy: ThreadPolicy     # "granted" or "framework-default"
@@ -56,6 +74,11 @@ class ThreadPlan:
     overlap: bool = True     # pre-processing runs ahead, beside inference (else the stages alternate)
     post_thread: bool = False  # post-processing on its own thread (else inline after each inference)
     sharing: str = "split"   # how the granted cores are shared: alternate, split, or unmanaged
+    omp_spin_count: int | None = None  # GOMP_SPINCOUNT for the framework's OpenMP pool (None: OpenMP's own)
+
+    def openmp_environment(self) -> dict[str, str]:
+        """The environment the plan's OpenMP setting needs, set before the framework loads libgomp."""
+        return {} if self.omp_spin_count is None else {"GOMP_SPINCOUNT": str(self.omp_spin_count)}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -37,11 +37,13 @@ def configure(threads: ThreadPlan, processor: str) -> Any:
 
 
 def reported_threads() -> dict[str, Any]:
-    """PyTorch's own thread counts (intra-op is OpenMP's pool size in its OpenMP build)."""
+    """PyTorch's own thread counts (intra-op is OpenMP's pool size in its OpenMP build) and the
+    OpenMP environment (a launch sets it before anything loads torch, whose libgomp reads it then)."""
     import torch
 
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
-            "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS")}
+            "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+            "gomp_spincount_env": os.environ.get("GOMP_SPINCOUNT")}
 
 
 def load_state_dict(path: Path, setting: str, mmap: bool = False) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from dlvirt.apps.base import App, ThreadPlan
+from dlvirt.apps.base import OMP_SPIN_COUNT, App, ThreadPlan
 from dlvirt.core.loadgen import OFFLINE, PERCENTILES, SERVER, SINGLE_STREAM
 from dlvirt.core.records import HarnessJob, Repetition
 from dlvirt.core.vocabulary import PIPELINES, THREAD_POLICIES
@@ -68,10 +68,12 @@ def granted_cores(observed: dict[str, Any]) -> int:
     return cores
 
 
-def plan_threads(policy: str, observed: dict[str, Any], pipeline: str | None = None) -> ThreadPlan:
+def plan_threads(policy: str, observed: dict[str, Any], pipeline: str | None = None,
+                 pre_on_framework: bool = False) -> ThreadPlan:
     """The thread plan of ``policy`` ("naive" is the older name of framework-default) and
     ``pipeline`` (None: the plan's own choice: ``granted`` alternates the stages on all granted
-    cores, ``framework-default`` overlaps them as a plain application would)."""
+    cores, ``framework-default`` overlaps them as a plain application would); ``pre_on_framework``:
+    the app pre-processes with its framework's own ops (``App.preprocess_on_framework_threads``)."""
     if policy == "naive":
         policy = "framework-default"
     if policy not in POLICIES or (pipeline is not None and pipeline not in PIPELINES):
@@ -88,15 +90,22 @@ def plan_threads(policy: str, observed: dict[str, Any], pipeline: str | None = N
         return ThreadPlan(policy=policy, cores=cores, intra_op=cores - 1, inter_op=1, pre_workers=1,
                           overlap=True, post_thread=False, sharing="split")
     # the default (and one core, which cannot be split): the stages take turns, each on every
-    # granted core; a pre-processing worker with nothing to do waits blocked, costing nothing
+    # granted core; a pre-processing worker with nothing to do waits blocked, costing nothing, and
+    # so do the framework's helpers while the workers run (OMP_SPIN_COUNT) unless the framework's
+    # pool pre-processes too, on the same thread, where long spins carry it across the stages
+    spins = None if pre_on_framework else OMP_SPIN_COUNT
     return ThreadPlan(policy=policy, cores=cores, intra_op=cores, inter_op=1, pre_workers=cores,
-                      overlap=False, post_thread=False, sharing="alternate")
+                      overlap=False, post_thread=False, sharing="alternate", omp_spin_count=spins)
 
 
 def check_framework_threads(plan: ThreadPlan, reported: dict[str, Any]) -> None:
     """A granted plan holds only if the framework runs the counts it set."""
     wrong = [f"{key} {reported.get(key)} != planned {getattr(plan, key)}" for key in ("intra_op", "inter_op")
              if getattr(plan, key) is not None and reported.get(key) != getattr(plan, key)]
+    # an OpenMP framework reports the spin count its libgomp read (others report none)
+    spins = plan.openmp_environment().get("GOMP_SPINCOUNT")
+    if spins is not None and "gomp_spincount_env" in reported and reported["gomp_spincount_env"] != spins:
+        wrong.append(f"GOMP_SPINCOUNT {reported['gomp_spincount_env']} != planned {spins}")
     if wrong:
         raise ThreadPlanError("the framework does not run the granted thread plan: " + ", ".join(wrong))
 

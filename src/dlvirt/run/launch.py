@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
-    plan = plan_threads(job.threads, observed, job.pipeline)
+    plan = plan_threads(job.threads, observed, job.pipeline, app_class(job.app).preprocess_on_framework_threads)
+    # before anything loads the framework's OpenMP runtime, which reads it once (ThreadPlan): the
+    # app's constructor may already import its framework (SR's features build on torch)
+    os.environ.update(plan.openmp_environment())
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan,
                              initial_weights=job.weights)
     tool = tool_class(job.tool)
