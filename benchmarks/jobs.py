@@ -70,7 +70,7 @@ def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], 
     from dlvirt.system import observe
 
     # the granted plan's OpenMP spin count too, so that the loop is as strong as the harness
-    inline = app_class(app).preprocess_on_framework_threads
+    inline = getattr(app_class(app), "preprocess_on_framework_threads", False)
     os.environ.update(plan_threads("granted", observe.observe(), None, inline).openmp_environment())
     plan = plan_threads("framework-default", observe.observe())
     model = app_class(app)(settings, Path(dataset), "CPU", plan)

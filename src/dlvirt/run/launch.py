@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     observed = observe.observe()
-    plan = plan_threads(job.threads, observed, job.pipeline, app_class(job.app).preprocess_on_framework_threads)
+    plan = plan_threads(job.threads, observed, job.pipeline,
+                        getattr(app_class(job.app), "preprocess_on_framework_threads", False))
     # before anything loads the framework's OpenMP runtime, which reads it once (ThreadPlan): the
     # app's constructor may already import its framework (SR's features build on torch)
     os.environ.update(plan.openmp_environment())
