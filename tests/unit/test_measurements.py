@@ -250,7 +250,8 @@ def test_the_harness_imports_no_library_the_job_does_not_use_yet():
     """Inside a TCG guest an import costs 20-40 times what it costs here (scipy.stats: 0.9 s on the
     host, 38 s in the guest, before TensorFlow's 81 s): the harness module itself loads only numpy;
     each app imports its framework, and the CI math its SciPy, when it is needed. The launch loop
-    imports the LoadGen harness and every tool module."""
+    imports the LoadGen harness and every tool module. (So the launch sets the thread plan's
+    OpenMP environment before torch loads libgomp, which reads it then: what the runs record.)"""
     heavy = ("scipy", "pandas", "matplotlib", "tensorflow", "torch", "transformers", "PIL", "yaml", "jsonschema",
              "docker", "snakemake")
     code = f"import sys, dlvirt.run.launch; print(' '.join(m for m in {heavy!r} if m in sys.modules))"

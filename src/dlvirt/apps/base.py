@@ -35,9 +35,9 @@ class AppError(RuntimeError):
 
 # libgomp's spins after a parallel region under a granted plan whose stages alternate and whose
 # app pre-processes on worker threads. Short enough that the helpers sleep through a
-# pre-processing step of a millisecond and more: the default 300 000 spins (~10 ms here) outlast
-# RS's whole step, so its second worker ran beside a spinning helper and pre-processing on two
-# workers took as long as on one. Long enough for a model's gaps between its own regions: 0
+# pre-processing step of a millisecond and more: the default 300 000 spins outlast RS's whole
+# step (~4 ms per worker), so its second worker ran beside a spinning helper and pre-processing on
+# two workers took as long as on one. Long enough for a model's gaps between its own regions: 0
 # spins halved SR's rate, 1 000-3 000 let its helpers fall asleep between the decoder's small
 # regions. SR pre-processes on the framework's threads and keeps OpenMP's own (its 2-core rate
 # fell at 10 000). Measured on the AMD EPYC guest, 2026-12-04; docs/measurement.md, "Idle helpers".
