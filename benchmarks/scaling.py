@@ -19,7 +19,9 @@ after one warm-up per launch, every job through the real runner and harness):
 loop once), and prints each figure's geometric mean over the rounds. The ratio is formed within each
 round, and its 90 % t-interval over the rounds (log scale, K − 1 df) says whether the goal (≥ 0.95)
 is met, missed or undecided, as does eff N's against 0.9: on a host whose speed wanders by ±20 %
-from one minute to the next, one round's ratio decides nothing.
+from one minute to the next, one round's ratio decides nothing. Each row is decided on its own at
+5 % (one-sided), not corrected for the 8 rows: with every row truly at the goal, one of them
+may read met or missed by chance.
 
     python benchmarks/scaling.py [--cores N] [--apps ic,nlp,sr,rs] [--tools mlperf,dlbs] [--reps 2] [--rounds 1]
 """

@@ -123,8 +123,10 @@ def launches_needed(inputs: Inputs, repetitions: float, scenarios: int, target: 
 def launches_for_equivalence(inputs: Inputs, repetitions: float, scenarios: int, margin: float, cases: int = 1,
                              power: float = EQUIVALENCE_POWER, most: int = 1000) -> int | None:
     """The fewest launches per scenario at which a contrast with no true difference is shown alike
-    within ±``margin`` (TOST) with probability ``power``: what a claim needs to come out
-    ``does not hold`` when the effect it claims is absent (None: not within ``most``)."""
+    within ±``margin`` (TOST) with probability ``power``: what a claim of a difference needs to
+    come out ``does not hold``, and a claim of none ``holds``, when there is none (None: not within
+    ``most``). A claim of a gain decides ``no`` on TOST's lower test alone, so for it this is an
+    upper bound."""
     for launches in range(2, most + 1):
         if project(inputs, launches, repetitions, scenarios, cases, margin).equivalence >= power:
             return launches
@@ -229,6 +231,6 @@ def report(inputs: Inputs, config: dict[str, Any], scenarios: list[tuple[str, Sc
     if launches >= 2 and (need_alike is None or launches < need_alike):
         chance = project(inputs, launches, repetitions, count, fewest, margin).equivalence
         lines.append(f"with this config's {launches} launch(es) a claim part of {fewest} case(s) whose true effect "
-                     f"is 0 comes out alike within ±{margin:.0%} (a claim of a difference: `does not hold`) in "
-                     f"{chance:.0%} of studies, else inconclusive")
+                     f"is 0 comes out alike within ±{margin:.0%} (a claim of a difference: `does not hold`; "
+                     f"of none: `holds`) in {chance:.0%} of studies, else inconclusive")
     return "\n".join(lines)
