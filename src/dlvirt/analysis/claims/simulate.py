@@ -14,7 +14,9 @@ recorded one's structure, its timings replaced), the summary is built by
 ``dlvirt.analysis.aggregate.summarise_launches`` and the claim decided by
 ``dlvirt.analysis.claims``. With effect 0 the claim "PIN is faster" is false, so ``holds`` is a
 false positive; at effect −margin (a true gain as large as the margin) ``does not hold`` is a false
-negative; at larger gains ``holds`` is the power.
+negative; at larger gains ``holds`` is the power. At effect 0 the share of studies whose first
+platform's claim part comes out alike within ±margin (TOST, as ``plan --design`` projects it) checks
+that projection.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from dlvirt.analysis.aggregate import summarise_launches
 from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.study import Study
-from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
+from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
+from dlvirt.plan.design import Inputs, project
 
 WITHIN, BETWEEN, DRIFT = 0.07, 0.086, 0.03  # log-scale SDs: within a launch, between launches, per round
 
@@ -48,6 +51,15 @@ class Design:
     within: float = WITHIN
     between: float = BETWEEN
     drift: float = DRIFT
+
+    @property
+    def scenarios(self) -> int:
+        return len(self.platforms) * len(self.apps) * len(self.cores) * 2
+
+    @property
+    def cases(self) -> int:
+        """The PIN/VNL pairs of one platform's claim part."""
+        return len(self.apps) * len(self.cores)
 
 
 def _launch(template: JobResult, scenario: Scenario, app: str, replicate: int, times: np.ndarray) -> JobResult:
@@ -85,9 +97,13 @@ class Rates:
     studies: int
     verdicts: Counter[str]
     half_widths: list[float]  # the claim part's 90 % half-width per study (BM's part)
+    alike: int  # studies whose BM part is alike within ±margin (TOST at ALPHA each side, no Holm)
 
     def share(self, verdict: str) -> float:
         return self.verdicts[verdict] / self.studies
+
+    def alike_share(self) -> float:
+        return self.alike / self.studies
 
     def median_half_width(self) -> float:
         return float(np.median(self.half_widths)) if self.half_widths else math.nan
@@ -100,6 +116,8 @@ def rates(template: JobResult, design: Design, effect: float, studies: int, seed
     rng = np.random.default_rng(seed)
     verdicts: Counter[str] = Counter()
     widths = []
+    alike = 0
+    bound = math.log1p(margin)
     for _ in range(studies):
         s = Study(study(template, design, effect, rng), max(design.cores) + 1, [], margin)
         verdicts[pinning_lowers_e2e(s).verdict] += 1
@@ -107,8 +125,18 @@ def rates(template: JobResult, design: Design, effect: float, studies: int, seed
         pairs = [(bm.index[(bm["pinning"] == "PIN") & (bm["app"] == a) & (bm["cores"] == c)][0],
                   bm.index[(bm["pinning"] == "VNL") & (bm["app"] == a) & (bm["cores"] == c)][0])
                  for a in design.apps for c in design.cores]
-        widths.append(s.average(pairs).half_width())
-    return Rates(effect, studies, verdicts, widths)
+        part = s.average(pairs)
+        widths.append(part.half_width())
+        alike += part.p_above(-bound) < ALPHA and part.p_below(bound) < ALPHA
+    return Rates(effect, studies, verdicts, widths, alike)
+
+
+def projected_alike(design: Design, margin: float = DEFAULT_MARGIN) -> float:
+    """What ``plan --design`` projects for ``rates(...).alike_share()`` at no gain: the chance that a
+    claim part of ``design.cases`` pairs comes out alike within ±``margin``, from the same components."""
+    components = Inputs(design.within ** 2, design.between ** 2, 1.0, 1.0, "the simulation's components")
+    return project(components, design.launches, design.repetitions, design.scenarios, design.cases,
+                   margin).equivalence
 
 
 def per_case_half_width(template: JobResult, design: Design, studies: int, seed: int) -> float:
