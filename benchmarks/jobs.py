@@ -69,9 +69,9 @@ def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], 
     from dlvirt.run.harness import plan_threads
     from dlvirt.system import observe
 
-    # the granted plan's OpenMP spin count too, so that the loop is as strong as the harness
+    # the granted plan's OpenMP spin count and allocator too, so that the loop is as strong as the harness
     inline = getattr(app_class(app), "preprocess_on_framework_threads", False)
-    os.environ.update(plan_threads("granted", observe.observe(), None, inline).openmp_environment())
+    plan_threads("granted", observe.observe(), None, inline).apply()
     plan = plan_threads("framework-default", observe.observe())
     model = app_class(app)(settings, Path(dataset), "CPU", plan)
     model.load_model()

@@ -20,7 +20,7 @@ from dlvirt.apps.base import OMP_SPIN_COUNT
 from dlvirt.core import codeversion
 from dlvirt.platforms.base import Expected, verify
 from dlvirt.run.harness import StageClock, ThreadPlanError, check_framework_threads, loadgen_settings, plan_threads
-from dlvirt.system import cgroups, hostinfo, observe
+from dlvirt.system import allocator, cgroups, hostinfo, observe
 
 FIXTURES = FIXTURE_DIR / "runs"
 
@@ -59,14 +59,23 @@ def test_a_framework_running_other_counts_than_the_granted_plan_fails():
     with pytest.raises(ThreadPlanError, match="intra_op 1 != planned 2"):
         check_framework_threads(plan, {"intra_op": 1, "inter_op": 1})
     # an OpenMP framework must have loaded with the plan's spin count; one that reports none is not checked
-    assert plan.openmp_environment() == {"GOMP_SPINCOUNT": str(OMP_SPIN_COUNT)}
+    assert plan.environment()["GOMP_SPINCOUNT"] == str(OMP_SPIN_COUNT)
     check_framework_threads(plan, {"intra_op": 2, "inter_op": 1, "gomp_spincount_env": str(OMP_SPIN_COUNT)})
     with pytest.raises(ThreadPlanError, match=f"GOMP_SPINCOUNT None != planned {OMP_SPIN_COUNT}"):
         check_framework_threads(plan, {"intra_op": 2, "inter_op": 1, "gomp_spincount_env": None})
-    assert plan_threads("framework-default", observed(2, None)).openmp_environment() == {}
+    assert plan_threads("framework-default", observed(2, None)).environment() == {}
     # an app pre-processing on the framework's own threads keeps OpenMP's spins, as does a split plan
-    assert plan_threads("granted", observed(2, None), None, pre_on_framework=True).openmp_environment() == {}
-    assert plan_threads("granted", observed(2, None), "overlapped").openmp_environment() == {}
+    assert "GOMP_SPINCOUNT" not in plan_threads("granted", observed(2, None), None, pre_on_framework=True).environment()
+    assert "GOMP_SPINCOUNT" not in plan_threads("granted", observed(2, None), "overlapped").environment()
+
+
+def test_a_granted_plan_keeps_freed_memory_and_a_plain_application_does_not():
+    for plan in (plan_threads("granted", observed(1, 1.0)), plan_threads("granted", observed(2, None), "overlapped")):
+        assert plan.retain_freed_memory
+        assert plan.environment()["MALLOC_TRIM_THRESHOLD_"] == str(allocator.TRIM_THRESHOLD)
+    assert not plan_threads("framework-default", observed(2, None)).retain_freed_memory
+    # glibc (every platform's image is Debian) takes both thresholds; the process keeps them
+    assert allocator.retain_freed_memory() == {"mmap_threshold": 32 << 20, "trim_threshold": 256 << 20}
 
 
 def test_stage_busy_time_is_the_union_of_its_intervals_not_their_sum():

@@ -21,6 +21,7 @@ from dlvirt.core.formats import read_document
 from dlvirt.core.kinds import AppKind
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.vocabulary import ThreadPolicy
+from dlvirt.system import allocator
 
 DATASET_INFO = "dataset.json"
 # The checksum file beside a weights resource: ``<weights file>.sha256``, the hex digest alone.
@@ -64,6 +65,11 @@ class ThreadPlan:
     ``OMP_SPIN_COUNT`` where pre-processing runs on worker threads, so that the intra-op helpers of
     the inference just done sleep instead of spinning through the pre-processing beside its N
     workers (a spinning helper is a runnable thread on a granted core doing nothing).
+
+    ``retain_freed_memory``: the process's allocator keeps freed memory for the next batch
+    (``dlvirt.system.allocator``) instead of mapping fresh pages for every large temporary and
+    interrupting every granted core to unmap them. A granted plan does; ``framework-default`` keeps
+    glibc's own behaviour, as a plain application would.
     """
 
     policy: ThreadPolicy     # "granted" or "framework-default"
@@ -75,10 +81,20 @@ class ThreadPlan:
     post_thread: bool = False  # post-processing on its own thread (else inline after each inference)
     sharing: str = "split"   # how the granted cores are shared: alternate, split, or unmanaged
     omp_spin_count: int | None = None  # GOMP_SPINCOUNT for the framework's OpenMP pool (None: OpenMP's own)
+    retain_freed_memory: bool = False  # glibc malloc keeps freed memory (False: glibc's own thresholds)
 
-    def openmp_environment(self) -> dict[str, str]:
-        """The environment the plan's OpenMP setting needs, set before the framework loads libgomp."""
-        return {} if self.omp_spin_count is None else {"GOMP_SPINCOUNT": str(self.omp_spin_count)}
+    def environment(self) -> dict[str, str]:
+        """The environment the plan's settings need: read by the framework's OpenMP runtime when it
+        loads, and by the C library of any process started from this one."""
+        env = {} if self.omp_spin_count is None else {"GOMP_SPINCOUNT": str(self.omp_spin_count)}
+        return {**env, **(allocator.environment() if self.retain_freed_memory else {})}
+
+    def apply(self) -> dict[str, int] | None:
+        """Put the plan's process settings in place, before anything loads the framework: the
+        environment, and this process's allocator thresholds (returned; None: glibc's own). An
+        allocator that cannot keep freed memory fails the launch (AllocatorError)."""
+        os.environ.update(self.environment())
+        return allocator.retain_freed_memory() if self.retain_freed_memory else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -88,14 +88,15 @@ def plan_threads(policy: str, observed: dict[str, Any], pipeline: str | None = N
                           overlap=overlap, post_thread=overlap, sharing="unmanaged")
     if pipeline == "overlapped" and cores >= 2:
         return ThreadPlan(policy=policy, cores=cores, intra_op=cores - 1, inter_op=1, pre_workers=1,
-                          overlap=True, post_thread=False, sharing="split")
+                          overlap=True, post_thread=False, sharing="split", retain_freed_memory=True)
     # the default (and one core, which cannot be split): the stages take turns, each on every
     # granted core; a pre-processing worker with nothing to do waits blocked, costing nothing, and
     # so do the framework's helpers while the workers run (OMP_SPIN_COUNT) unless the framework's
     # pool pre-processes too, on the same thread, where long spins carry it across the stages
     spins = None if pre_on_framework else OMP_SPIN_COUNT
     return ThreadPlan(policy=policy, cores=cores, intra_op=cores, inter_op=1, pre_workers=cores,
-                      overlap=False, post_thread=False, sharing="alternate", omp_spin_count=spins)
+                      overlap=False, post_thread=False, sharing="alternate", omp_spin_count=spins,
+                      retain_freed_memory=True)
 
 
 def check_framework_threads(plan: ThreadPlan, reported: dict[str, Any]) -> None:
@@ -103,7 +104,7 @@ def check_framework_threads(plan: ThreadPlan, reported: dict[str, Any]) -> None:
     wrong = [f"{key} {reported.get(key)} != planned {getattr(plan, key)}" for key in ("intra_op", "inter_op")
              if getattr(plan, key) is not None and reported.get(key) != getattr(plan, key)]
     # an OpenMP framework reports the spin count its libgomp read (others report none)
-    spins = plan.openmp_environment().get("GOMP_SPINCOUNT")
+    spins = plan.environment().get("GOMP_SPINCOUNT")
     if spins is not None and "gomp_spincount_env" in reported and reported["gomp_spincount_env"] != spins:
         wrong.append(f"GOMP_SPINCOUNT {reported['gomp_spincount_env']} != planned {spins}")
     if wrong:

@@ -38,9 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     observed = observe.observe()
     plan = plan_threads(job.threads, observed, job.pipeline,
                         getattr(app_class(job.app), "preprocess_on_framework_threads", False))
-    # before anything loads the framework's OpenMP runtime, which reads it once (ThreadPlan): the
-    # app's constructor may already import its framework (SR's features build on torch)
-    os.environ.update(plan.openmp_environment())
+    # before anything loads the framework's OpenMP runtime, which reads it once (ThreadPlan), or
+    # allocates what the allocator would hand back: the app's constructor may already import its
+    # framework (SR's features build on torch)
+    plan.apply()
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan,
                              initial_weights=job.weights)
     tool = tool_class(job.tool)
