@@ -16,7 +16,7 @@ from dlvirt.apps.ic import ImageClassification
 from dlvirt.platforms.base import Expected, PlatformError, VerificationError
 from dlvirt.run.cleanup import dlvirt_cgroups
 from dlvirt.run.runner import run_job
-from dlvirt.system import cgroups
+from dlvirt.system import allocator, cgroups
 
 pytestmark = pytest.mark.slow  # every test runs real IC jobs (ResNet50)
 CPUS = sorted(os.sched_getaffinity(0))
@@ -77,6 +77,7 @@ def test_framework_default_threads_follow_the_visible_cores_under_a_quota(ic_dat
     threads = result.runs[0].threads
     assert threads["intra_op"] is None  # dlvirt set nothing
     assert threads["framework"]["intra_op"] == len(CPUS)  # TensorFlow chose one per visible core
+    assert threads["allocator"] is None  # glibc's own thresholds, as a plain application's
     assert result.runs[0].telemetry["nr_periods"] > 0
 
 
@@ -88,6 +89,8 @@ def test_granted_one_pinned_core_runs_one_compute_thread_at_a_time(ic_dataset, t
         assert threads["compute_threads"] == 1 and not threads["overlap"] and not threads["post_thread"]
         assert (threads["intra_op"], threads["pre_workers"]) == (1, 1)
         assert threads["framework"]["intra_op"] == 1 and threads["framework"]["inter_op"] == 1
+        assert threads["allocator"] == {"mmap_threshold": allocator.MMAP_THRESHOLD,
+                                        "trim_threshold": allocator.TRIM_THRESHOLD}  # mallopt took both
         telemetry = run.telemetry
         assert telemetry["cpus_ran_on"] == CPUS[:1]
         assert telemetry["voluntary_ctx"] + telemetry["involuntary_ctx"] > 0

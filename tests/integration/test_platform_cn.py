@@ -31,7 +31,7 @@ from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.cn import Container, online_cpus
 from dlvirt.run.cleanup import remove_stale_containers
 from dlvirt.run.runner import run_job
-from dlvirt.system import docker_engine, engines
+from dlvirt.system import allocator, docker_engine, engines
 
 pytestmark = pytest.mark.slow
 
@@ -128,6 +128,8 @@ def test_a_deliberately_slowed_container_gets_a_smaller_quota_verified_and_marke
     assert result.platform["slowed"]["cpu_quota_fraction"] == 0.5 and "not a normal study" in \
         result.platform["slowed"]["note"]
     assert result.runs[0].threads["intra_op"] == 1  # half a core still grants one thread
+    assert result.runs[0].threads["allocator"] == {"mmap_threshold": allocator.MMAP_THRESHOLD,
+                                                   "trim_threshold": allocator.TRIM_THRESHOLD}  # the image's glibc
     assert our_containers(engine) == []
 
 

@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     observed = observe.observe()
     plan = plan_threads(job.threads, observed, job.pipeline,
                         getattr(app_class(job.app), "preprocess_on_framework_threads", False))
-    # before anything loads the framework's OpenMP runtime, which reads it once (ThreadPlan), or
-    # allocates what the allocator would hand back: the app's constructor may already import its
-    # framework (SR's features build on torch)
-    plan.apply()
+    # before anything loads the framework's OpenMP runtime, which reads it once (ThreadPlan), and
+    # before the large allocations the thresholds are for: the app's constructor may already import
+    # its framework (SR's features build on torch); every repetition records what was set
+    allocator_set = plan.apply()
     app = app_class(job.app)(job.app_settings, Path(job.dataset_dir), job.scenario.processor, plan,
                              initial_weights=job.weights)
     tool = tool_class(job.tool)
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             check_framework_threads(plan, reported)
         record = dataclasses.replace(
             record, warmup=warming, gpu=used, telemetry=telemetry,
-            threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported})
+            threads={**plan.to_dict(), "compute_threads": plan.compute_threads(), "framework": reported,
+                     "allocator": allocator_set})
         # the next repetition's LoadGen settings start from this one's rate; a partial warm-up's
         # spreads a repetition's fixed costs over fewer samples and would understate it, so that
         # a normal repetition missed the minimum duration derived from it (INVALID): no estimate
