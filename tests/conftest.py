@@ -606,3 +606,18 @@ def interrupt_at(argv: list[str], point: str, pattern: str, signals: tuple[int, 
         proc.wait()
         reader.join(timeout=10)
     return Interrupted(proc.pid, returncode, took, lines)
+
+
+def resident_mappings(path: Path) -> list[tuple[int, int]]:
+    """(size, resident) in KiB of each of this process's mappings of ``path`` (/proc/self/smaps)."""
+    found: list[list[int]] = []
+    current: list[int] | None = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+            current = [] if fields[-1] == str(path.resolve()) else None
+            if current is not None:
+                found.append(current)
+        elif current is not None and fields[0] in ("Size:", "Rss:"):
+            current.append(int(fields[1]))
+    return [(size, rss) for size, rss in found]

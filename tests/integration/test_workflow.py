@@ -59,6 +59,8 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
         assert result["model"]["weights"] == "random", path  # still random weights, and says so
         assert result["model"]["weights_sha256"] == checksums[result["app"]], path
         assert result["spec"]["weights_file"].startswith(f"resources/weights/{result['app']}/"), path
+        prefetch = result["model"]["load"]["weights_prefetch"]  # asked for inside the platform
+        assert prefetch["bytes"] == (workflow_dir / result["spec"]["weights_file"]).stat().st_size, path
         launch = result["launch_s"]
         parts = [launch[k] for k in ("startup_s", "model_load_s", "warmup_s", "counted_s", "other_s")]
         assert min(parts[:4]) > 0 and sum(parts) == pytest.approx(launch["total_s"], abs=1e-3), path

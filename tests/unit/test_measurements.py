@@ -5,22 +5,26 @@ code versions in the summary. Real runs: tests/integration/test_platform_bm.py a
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
+import mmap
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES as FIXTURE_DIR
+from conftest import resident_mappings
 from dlvirt.analysis.aggregate import MixedCodeError, summarise
 from dlvirt.apps.base import OMP_SPIN_COUNT
 from dlvirt.core import codeversion
 from dlvirt.platforms.base import Expected, verify
 from dlvirt.run.harness import StageClock, ThreadPlanError, check_framework_threads, loadgen_settings, plan_threads
-from dlvirt.system import allocator, cgroups, hostinfo, observe
+from dlvirt.system import allocator, cgroups, hostinfo, observe, pagecache
 
 FIXTURES = FIXTURE_DIR / "runs"
 
@@ -78,6 +82,44 @@ def test_a_granted_plan_keeps_freed_memory_and_a_plain_application_does_not():
     assert allocator.retain_freed_memory() == {"mmap_threshold": 32 << 20, "trim_threshold": 256 << 20}
 
 
+def resident_bytes(path: Path) -> int:
+    return int(subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+def test_a_prefetch_asks_the_whole_file_into_the_page_cache(tmp_path):
+    """Not just the first few MiB, which is all one WILLNEED call for a whole file reads here."""
+    path = tmp_path / "weights.bin"
+    with path.open("wb") as out:
+        out.write(os.urandom(5 * pagecache.CHUNK_BYTES + 4096))
+        out.flush()
+        os.fsync(out.fileno())  # clean pages: the kernel may drop them
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    size = path.stat().st_size
+    assert pagecache.Prefetch(path).finish()["bytes"] == size
+    deadline = time.monotonic() + 20  # the kernel reads in the background
+    while resident_bytes(path) < size and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert resident_bytes(path) == size
+    missing = pagecache.Prefetch(tmp_path / "absent").finish()
+    assert "bytes" not in missing and "absent: No such file" in missing["error"]
+
+
+def test_populating_a_mapped_file_maps_every_page_with_or_without_the_kernels_advice(tmp_path):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(os.urandom(64 * 4096))
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY):
+        assert resident_mappings(path) == [(256, 0)]  # KiB: nothing read yet
+        assert pagecache.populate(path) == 64 * 4096
+        assert resident_mappings(path) == [(256, 256)]
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
+        start = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+        pagecache.touch_pages(start, start + len(mapped))  # what a kernel before 5.14 gets
+        assert resident_mappings(path) == [(256, 256)]
+
+
 def test_stage_busy_time_is_the_union_of_its_intervals_not_their_sum():
     clock = StageClock()
     for start, end in [(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.4)]:
@@ -115,16 +157,17 @@ def test_cpu_stat_reads_both_cgroup_versions(tmp_path, text, throttled_s):
 def test_telemetry_is_the_difference_of_two_snapshots():
     before = {"cpu_stat": {"nr_periods": 5, "nr_throttled": 1, "throttled_s": 0.5},
               "proc_stat": [100, 0, 50, 800, 0, 0, 0, 50, 0, 0], "process_cpu_s": 1.0, "voluntary_ctx": 10,
-              "involuntary_ctx": 2,
+              "involuntary_ctx": 2, "major_faults": 3, "minor_faults": 100,
               "max_rss_kib": 1024}
     after = {"cpu_stat": {"nr_periods": 15, "nr_throttled": 6, "throttled_s": 1.5},
              "proc_stat": [160, 0, 70, 880, 0, 0, 0, 90, 7, 0], "process_cpu_s": 1.5, "voluntary_ctx": 30,
-             "involuntary_ctx": 5,
+             "involuntary_ctx": 5, "major_faults": 3, "minor_faults": 160,
              "max_rss_kib": 3072}
     found = observe.telemetry(before, after)
     assert (found["nr_periods"], found["nr_throttled"], found["throttled_s"]) == (10, 5, 1.0)
     assert found["steal_pct"] == pytest.approx(100 * 40 / 200)
     assert (found["voluntary_ctx"], found["involuntary_ctx"]) == (20, 3)
+    assert (found["major_faults"], found["minor_faults"]) == (0, 60)
     assert found["max_rss_mib"] == 3.0  # the peak so far, not a difference
     # busy = all but idle and iowait: 120 ticks, of which this process used 0.5 s
     assert found["others_cpu_s"] == pytest.approx(120 / os.sysconf("SC_CLK_TCK") - 0.5)

@@ -38,6 +38,10 @@ def test_a_noop_study_on_bm_goes_through_every_layer(tmp_path):
     record = json.loads(runs[0].read_text())
     assert record["verified"] and record["app"] == "noop" and len(record["runs"]) == 3
     assert record["model"]["weights_sha256"] == Path(f"{weights}.sha256").read_text().strip()
+    # the load's own usage, and the weights asked into the page cache while the framework was imported
+    load = record["model"]["load"]
+    assert load["cpu_s"] >= 0 and load["major_faults"] >= 0 and load["minor_faults"] >= 0
+    assert load["weights_prefetch"]["bytes"] == weights.stat().st_size and load["weights_prefetch"]["asking_s"] >= 0
     first = record["runs"][0]
     assert first["loadgen"]["validity"] == "VALID" and first["samples"] == 32 and first["quality"]["scored"] == 32
     assert first["threads"]["framework"]["intra_op"] == first["threads"]["intra_op"] == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dlvirt.apps.base import App, AppError, ThreadPlan
+from dlvirt.system import pagecache
 from dlvirt.system.hostinfo import package_versions
 
 
@@ -107,16 +108,19 @@ def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
     the meta device, so nothing is initialised only to be overwritten, then every tensor assigned.
     A file that does not hold exactly the module's tensors, in their shapes, is an AppError.
 
-    The file is mapped (``mmap``) and each tensor copied once into the process's own memory: as
-    fast as the kernel copies pages (BERT-large's 1.3 GB: 0.34-0.8 s here, against 1.8-2.5 s for
-    ``torch.load``'s own reading; more on a host slow to give fresh memory), and the model then
-    computes on memory charged to the job as anonymous memory. Computing on the mapped file's pages
-    instead would fault them in during the repetitions (RS's embedding rows as a repetition first
-    looks them up, at a platform's own page-fault cost) and, under a memory limit, let the kernel
-    drop and re-read them mid-measurement."""
+    The model computes on the file's pages as the page cache holds them (``mmap``, private: a write
+    would copy a page, and inference writes none), each page mapped at once (``populate``): no copy
+    into fresh memory, no page fault left for a repetition to take (RS's embedding rows, looked up
+    at random). Copying into the process's own memory instead faulted in every page of it (BERT-
+    large: 347,000 faults, 0.8 s at best on one core here, and 2.4-5.4 s in hours when this
+    guest's hypervisor had taken its freed memory back); mapping and populating it took 0.1-0.3 s,
+    and one forward pass took as long on either (docs/measurement.md, "Launch cost"). The pages
+    count in the process's resident memory either way; a memory limit too tight to keep them would
+    show as major faults in the repetitions' telemetry."""
     import torch
 
-    state = {name: tensor.clone() for name, tensor in load_state_dict(path, setting, mmap=True).items()}
+    state = load_state_dict(path, setting, mmap=True)
+    pagecache.populate(path)
     with torch.device("meta"), _skip_initialisation():
         model = build()
     wanted = module_tensors(model)

@@ -268,7 +268,9 @@ class HarnessOutput(Record):
     warmups: list[Repetition]
     model_load_s: float
     dataset: dict[str, Any]         # the dataset's provenance (DATASET_INFO)
-    model: dict[str, Any]           # the model's provenance
+    # the model's provenance; "load": how its load went in this process (CPU time, page faults, the
+    # weights asked into the page cache: dlvirt.run.launch)
+    model: dict[str, Any]
     versions: dict[str, Any]
     # asked, ran, why it stopped, rel_ci95; warm-ups run and whether steady (run.repetitions)
     repetitions: dict[str, Any] | None = None

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from dlvirt.apps import app_class
 from dlvirt.core.codeversion import code_version
@@ -22,6 +24,15 @@ from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
 from dlvirt.run.tools import tool_class
 from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
+from dlvirt.system.pagecache import Prefetch
+
+
+def load_usage(before: resource.struct_rusage, after: resource.struct_rusage) -> dict[str, Any]:
+    """What the model load took of this process: CPU time, and its page faults, which tell a slow
+    load's cause apart: major ones read the weights from disk, minor ones map cached pages or give
+    the model fresh memory (slow where a hypervisor has to give the guest that memory back first)."""
+    return {"cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 4),
+            "major_faults": after.ru_majflt - before.ru_majflt, "minor_faults": after.ru_minflt - before.ru_minflt}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     job = HarnessJob.read(Path(argv[0]))
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
+    # the disk reads the weights while the framework is imported (a guest's page cache never holds them)
+    prefetch = None if job.weights is None else Prefetch(Path(job.weights["path"]))
     observed = observe.observe()
     plan = plan_threads(job.threads, observed, job.pipeline,
                         getattr(app_class(job.app), "preprocess_on_framework_threads", False))
@@ -54,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     timeline: dict[str, float] = {"framework_import_s": time.perf_counter() - import_start,
                                   "ready_unix": time.time(), "ready_uptime_s": observe.uptime_s()}
     print(f"[harness] {job.app} {job.scenario_name}: loading the model", flush=True)
-    load_start = time.perf_counter()
+    load_start, usage_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     host.load_model()
     load_s = time.perf_counter() - load_start
+    load = load_usage(usage_before, resource.getrusage(resource.RUSAGE_SELF)) if host.in_process else {}
+    if prefetch is not None:
+        load["weights_prefetch"] = prefetch.finish()
     first_start = time.perf_counter()
     host.first_call()
     timeline["first_call_s"] = time.perf_counter() - first_start
@@ -118,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                      "rel_ci95": precision([r.e2e_s for r in runs]), "warmups": len(warmups),
                      "steady": steady([r.e2e_s for r in runs], job.warmup_tolerance)},
         model_load_s=load_s, timeline=timeline, dataset=app.dataset_info,
-        model=host.model_provenance(),
+        model={**host.model_provenance(), "load": load},
         versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
         stack=python_stack(), code=code_version(),
     ).write(out_dir / "harness.json")

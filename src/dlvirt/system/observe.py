@@ -189,17 +189,21 @@ def counters() -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"cpu_stat": cgroups.cpu_stat(), "proc_stat": _proc_stat_cpu(),
             "process_cpu_s": usage.ru_utime + usage.ru_stime, "voluntary_ctx": usage.ru_nvcsw,
-            "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss}
+            "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss, "major_faults": usage.ru_majflt,
+            "minor_faults": usage.ru_minflt}
 
 
 def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSampler | None = None) -> dict[str, Any]:
     """What the kernel did to this process between two ``counters()``: CFS throttling of the cgroup
     that limits it, steal time (non-zero only in a guest whose host took time from its vCPUs),
     the CPU-seconds the rest of the machine (this kernel's other processes) used meanwhile
-    (``others_cpu_s``: a shared machine says so), context switches, the process's peak resident
+    (``others_cpu_s``: a shared machine says so), context switches, page faults, the process's peak resident
     memory, and, from ``sampler``, the CPUs its threads ran on."""
     found: dict[str, Any] = {"voluntary_ctx": after["voluntary_ctx"] - before["voluntary_ctx"],
                              "involuntary_ctx": after["involuntary_ctx"] - before["involuntary_ctx"],
+                             # page faults: major ones read from disk (weights a memory limit evicted)
+                             "major_faults": after["major_faults"] - before["major_faults"],
+                             "minor_faults": after["minor_faults"] - before["minor_faults"],
                              # the process's peak resident memory so far (what study.memory must hold)
                              "max_rss_mib": after["max_rss_kib"] / 1024}
     if before["cpu_stat"] is not None and after["cpu_stat"] is not None:
