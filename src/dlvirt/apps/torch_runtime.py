@@ -120,7 +120,9 @@ def load_module(build: Callable[[], Any], path: Path, setting: str) -> Any:
     import torch
 
     state = load_state_dict(path, setting, mmap=True)
-    pagecache.populate(path)
+    if pagecache.populate(path) < Path(path).stat().st_size:  # torch mapped it some other way
+        raise AppError(f"{setting} {path}: the loaded weights are not one mapping of the file, so their pages "
+                       "cannot be mapped before the repetitions")
     with torch.device("meta"), _skip_initialisation():
         model = build()
     wanted = module_tensors(model)
