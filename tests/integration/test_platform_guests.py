@@ -380,17 +380,22 @@ def test_bm_pin_and_vnl_jobs_on_an_emulated_two_socket_numa_host_with_cgroup_v2(
     settings_in_guest = app_settings_in_guest(app)
     dataset = tmp_path / app
     app_class(app).prepare_dataset(dataset, settings_in_guest)
+    # the weights resource, as the workflow hands it over: loaded (and for RS mapped) in the guest
+    weights = tmp_path / f"{app}-weights" / app_class(app).weights_file_name(settings_in_guest)
+    app_class(app).build_weights(settings_in_guest, dataset, weights)
     job = ic_job_spec(dataset, 2, "PIN", app=app, batch_size=1, loadgen=settings_in_guest["loadgen"],
                app_settings=settings_in_guest, timeout_s=1200,
                platform_settings={"placement": "compact", "memory_mib": 1536},
-               dataset_dir=f"{guest.GUEST_JOB_DIR}/inputs/{app}")
+               dataset_dir=f"{guest.GUEST_JOB_DIR}/inputs/{app}",
+               weights_file=f"{guest.GUEST_JOB_DIR}/inputs/{app}-weights/{weights.name}")
     (tmp_path / "spec.json").write_text(json.dumps(job.to_dict()))
     (tmp_path / "bm_jobs.py").write_text(BM_JOBS_IN_GUEST)
     host = TwoSocketHost(Scenario("MVM", 4, "VNL", "CPU"), settings(full_image, memory_mib=3072), tmp_path / "w",
                          f"{os.getpid()}-numa")
     with host:
         script = f"PYTHONPATH={guest.GUEST_JOB_DIR}/src {host.guest_python} {guest.GUEST_JOB_DIR}/bm_jobs.py\n"
-        files = {"bm_jobs.py": tmp_path / "bm_jobs.py", "spec.json": tmp_path / "spec.json", f"inputs/{app}": dataset}
+        files = {"bm_jobs.py": tmp_path / "bm_jobs.py", "spec.json": tmp_path / "spec.json", f"inputs/{app}": dataset,
+                 f"inputs/{app}-weights": weights.parent}
         out = host.execute(script, timeout_s=2400, files=files)
         pin, vnl = (json.loads((out / p / "result.json").read_text()) for p in ("PIN", "VNL"))
         left = json.loads((out / "cgroups.json").read_text())
@@ -398,6 +403,8 @@ def test_bm_pin_and_vnl_jobs_on_an_emulated_two_socket_numa_host_with_cgroup_v2(
     for result in (pin, vnl):
         assert result["verified"] and result["runs"][0]["samples"] == 1
         assert result["runs"][0]["loadgen"]["validity"] == "VALID"  # a run the summary counts
+        assert result["model"]["weights_source"].startswith("seeded random initialisation, cached")
+        assert result["model"]["load"]["weights_prefetch"]["bytes"] == weights.stat().st_size
         assert result["platform"]["memory_mib"] == 1536
         assert result["runs"][0]["observed"]["memory_limit_bytes"] == 1536 << 20
     # PIN: two cores of one socket, memory of that socket's node only, through a v2 cpuset
