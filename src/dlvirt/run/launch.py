@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from dlvirt.apps import app_class
 from dlvirt.core.codeversion import code_version
@@ -25,14 +23,6 @@ from dlvirt.run.tools import tool_class
 from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
 from dlvirt.system.pagecache import Prefetch
-
-
-def load_usage(before: resource.struct_rusage, after: resource.struct_rusage) -> dict[str, Any]:
-    """What the model load took of this process: CPU time, and its page faults, which tell a slow
-    load's cause apart: major ones read the weights from disk, minor ones map cached pages or give
-    the model fresh memory (slow where a hypervisor has to give the guest that memory back first)."""
-    return {"cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 4),
-            "major_faults": after.ru_majflt - before.ru_majflt, "minor_faults": after.ru_minflt - before.ru_minflt}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,12 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     timeline: dict[str, float] = {"framework_import_s": time.perf_counter() - import_start,
                                   "ready_unix": time.time(), "ready_uptime_s": observe.uptime_s()}
     print(f"[harness] {job.app} {job.scenario_name}: loading the model", flush=True)
-    load_start, usage_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    load_start, usage_before = time.perf_counter(), observe.counters()
     host.load_model()
+    # inside the load's window: what the load waited for the prefetch to be asked counts as load
+    prefetched = None if prefetch is None else prefetch.finish()
     load_s = time.perf_counter() - load_start
-    load = load_usage(usage_before, resource.getrusage(resource.RUSAGE_SELF)) if host.in_process else {}
-    if prefetch is not None:
-        load["weights_prefetch"] = prefetch.finish()
+    # how the load went in this process (a model held in another process: nothing to say here)
+    load = observe.process_usage(usage_before, observe.counters()) if host.in_process else {}
+    if prefetched is not None:
+        load["weights_prefetch"] = prefetched
     first_start = time.perf_counter()
     host.first_call()
     timeline["first_call_s"] = time.perf_counter() - first_start

@@ -193,6 +193,15 @@ def counters() -> dict[str, Any]:
             "minor_faults": usage.ru_minflt}
 
 
+def process_usage(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """This process's CPU time and page faults between two ``counters()``: major faults read from
+    disk (weights a memory limit evicted), minor ones map cached pages or give it fresh memory
+    (slow where a hypervisor has to give the guest that memory back first)."""
+    return {"cpu_s": round(after["process_cpu_s"] - before["process_cpu_s"], 4),
+            "major_faults": after["major_faults"] - before["major_faults"],
+            "minor_faults": after["minor_faults"] - before["minor_faults"]}
+
+
 def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSampler | None = None) -> dict[str, Any]:
     """What the kernel did to this process between two ``counters()``: CFS throttling of the cgroup
     that limits it, steal time (non-zero only in a guest whose host took time from its vCPUs),
@@ -201,11 +210,10 @@ def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSamp
     memory, and, from ``sampler``, the CPUs its threads ran on."""
     found: dict[str, Any] = {"voluntary_ctx": after["voluntary_ctx"] - before["voluntary_ctx"],
                              "involuntary_ctx": after["involuntary_ctx"] - before["involuntary_ctx"],
-                             # page faults: major ones read from disk (weights a memory limit evicted)
-                             "major_faults": after["major_faults"] - before["major_faults"],
-                             "minor_faults": after["minor_faults"] - before["minor_faults"],
                              # the process's peak resident memory so far (what study.memory must hold)
                              "max_rss_mib": after["max_rss_kib"] / 1024}
+    usage = process_usage(before, after)
+    found.update(major_faults=usage["major_faults"], minor_faults=usage["minor_faults"])
     if before["cpu_stat"] is not None and after["cpu_stat"] is not None:
         found.update({key: after["cpu_stat"][key] - before["cpu_stat"][key]
                       for key in ("nr_periods", "nr_throttled", "throttled_s")})
