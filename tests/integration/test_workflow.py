@@ -35,9 +35,9 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     vnl = summary[summary.pinning == "VNL"]
     assert len(vnl) and vnl.throttled_pct.notna().all() and vnl.throttled_s.notna().all()
     for column in ("throttled_pct", "throttled_s", "pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s",
-                   "ctx_switches"):
+                   "ctx_switches", "major_faults"):
         assert pd.api.types.is_numeric_dtype(summary[column]), column
-    for column in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "ctx_switches"):
+    for column in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s", "stall_s", "ctx_switches", "major_faults"):
         assert summary[column].notna().all(), column
     assert (summary.code_version != "not recorded").all()
     # study.memory (smoke.yaml: 4g) is every row's, and each repetition's limit as seen inside

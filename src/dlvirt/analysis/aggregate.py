@@ -207,6 +207,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "steal_pct": telemetry("steal_pct"),
         "ctx_switches": mean_of([r.telemetry["voluntary_ctx"] + r.telemetry["involuntary_ctx"]
                                  for r in runs if r.telemetry]),
+        "major_faults": telemetry("major_faults"),
         "samples": int(mean_of([r.samples for r in runs])) if runs else 0,
         "samples_per_s": mean_of([r.samples_per_s for r in runs]),
         "loadgen_valid": validity == {"VALID"} if sample.loadgen is not None else None,

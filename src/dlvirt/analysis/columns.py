@@ -93,6 +93,9 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("throttled_s", "float", "mean CFS throttled time per repetition (s)"),
     Column("steal_pct", "float", "mean steal time, % of the repetition (inside a guest)"),
     Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
+    Column("major_faults", "float",
+           "mean major page faults per repetition (pages read from disk, e.g. weights a memory limit evicted; "
+           "NaN in older results)"),
     Column("samples", "int", "samples per repetition"),
     Column("samples_per_s", "float", "mean throughput (samples/s)"),
     Column("loadgen_valid", "bool", "every repetition LoadGen-VALID (empty for model-only rows)"),

@@ -129,13 +129,14 @@ def normalised(rows: pd.DataFrame, by: str, baseline: str) -> tuple[pd.DataFrame
     return (pd.concat(out) if out else rows.assign(norm=[], norm_ci=[])), reference
 
 
-MECHANISM = ["throttled_pct", "throttled_s", "steal_pct", "ctx_switches"]
+MECHANISM = ["throttled_pct", "throttled_s", "steal_pct", "ctx_switches", "major_faults"]
 
 
 def overhead_beside_mechanism(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Each row's E2E overhead over the ``baseline`` platform (bare metal) at the same tool, app, cores,
     pinning and processor (in %), beside what the kernel recorded for it: CFS throttling and steal
-    time (the paper's explanations of container and VM overhead) and context switches. Rows without a
+    time (the paper's explanations of container and VM overhead), context switches and major page
+    faults (pages read from disk mid-repetition). Rows without a
     baseline twin are left out."""
     keys = ["tool", "app", "cores", "pinning", "processor"]
     present = [c for c in MECHANISM if c in rows.columns]
