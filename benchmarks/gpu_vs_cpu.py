@@ -9,15 +9,15 @@ scenario (MLPerf's RNN-T reference is CPU-only): its CPU row is printed alone. I
 PyTorch backend unless ``--ic-framework tensorflow`` (a GPU machine may have no TensorFlow).
 
 Needs a GPU machine with the GPU stack (envs/requirements-gpu.txt, or at least torch with CUDA,
-transformers, mlcommons-loadgen, pyyaml). It has not been run by this project yet: its
-development machine has no GPU.
+transformers, mlcommons-loadgen, pyyaml). Run on an NVIDIA H200 on 2026-12-04: README, "Measured here".
 
-    python benchmarks/gpu_vs_cpu.py [--cores 8] [--reps 3] [--apps ic,sr,nlp,rs] [--ic-framework pytorch]
+    python benchmarks/gpu_vs_cpu.py [--cores 8] [--reps 3] [--launches 2] [--apps ic,sr,nlp,rs] [--ic-framework pytorch]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import tempfile
@@ -73,48 +73,65 @@ def app_settings(app: str, ic_framework: str) -> dict[str, Any]:
 
 
 def run(app: str, settings: dict[str, Any], dataset: Path, work: Path, cores: int, processor: str,
-        reps: int) -> dict[str, Any]:
-    spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps)
-    out = work / f"{app}-{processor}"
-    return summarise_launches([run_job(spec, out / "run.json", out / "loadgen")])
+        reps: int, launches: int) -> dict[str, Any]:
+    """``launches`` launches (fresh processes) of one job; the launch is the statistical unit."""
+    results = []
+    for launch in range(launches):
+        spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps)
+        out = work / f"{app}-{processor}-{launch}"
+        results.append(run_job(spec, out / "run.json", out / "loadgen"))
+    return summarise_launches(results)
+
+
+def spread(row: dict[str, Any]) -> str:
+    """Mean ± the 95 % interval over launches, or ± the repetitions' SD where one launch ran (labelled:
+    repetitions of one launch are no independent units)."""
+    if row["ci_n"] >= 2:
+        return f"{row['mean_s']:.3f} ± {row['ci95_s']:.3f}"
+    return f"{row['mean_s']:.3f} (sd {row['std_s']:.3f})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cores", type=int, default=min(8, len(os.sched_getaffinity(0))))
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--launches", type=int, default=2, help="launches per row (the interval's n)")
     parser.add_argument("--apps", default="ic,sr,nlp,rs")
     parser.add_argument("--ic-framework", choices=["pytorch", "tensorflow"], default="pytorch")
+    parser.add_argument("--keep", type=Path, help="keep datasets, run records and LoadGen logs here")
     args = parser.parse_args()
     rows, failures, gpu_label = [], [], ""
-    with tempfile.TemporaryDirectory(prefix="dlvirt-gpu-bench-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="dlvirt-gpu-bench-"))
         for app in args.apps.split(","):
             cls = app_class(app)
             settings = app_settings(app, args.ic_framework)
             dataset = Path(tmp) / "datasets" / app
             cls.prepare_dataset(dataset, settings)
-            cpu = run(app, settings, dataset, Path(tmp), args.cores, "CPU", args.reps)
+            cpu = run(app, settings, dataset, Path(tmp), args.cores, "CPU", args.reps, args.launches)
             gpu = None
-            if "GPU" in cls.processors:
+            if "GPU" in cls.kind.processors:
                 try:
-                    gpu = run(app, settings, dataset, Path(tmp), args.cores, "GPU", args.reps)
+                    gpu = run(app, settings, dataset, Path(tmp), args.cores, "GPU", args.reps, args.launches)
                 except Exception as err:  # noqa: BLE001 - a failed GPU job is reported, the others still run
                     failures.append(f"{app.upper()} GPU: {err}")
-            rows.append((app, settings.get("framework", cls.framework), cpu, gpu, cls.why_no_gpu))
+            rows.append((app, settings.get("framework", cls.kind.framework), cpu, gpu, cls.kind.why_no_gpu))
+            print(f"[gpu_vs_cpu] {app}: CPU {spread(cpu)} s, GPU {spread(gpu) + ' s' if gpu else '-'}", flush=True)
             if gpu is not None and gpu["gpu"]:
                 gpu_label = str(gpu["gpu"])
     node = node_identity()
     print(f"BM/{args.cores}/PIN: CPU {node['cpu_model']} ({node['logical_cpus_online']} CPUs), "
-          f"GPU {gpu_label or 'none verified'}; {args.reps} reps after 1 warm-up, E2E under LoadGen Offline")
-    print(f"{'app':4s} {'framework':10s} {'CPU E2E s':>16s} {'GPU E2E s':>16s} {'CPU/GPU':>8s} "
+          f"GPU {gpu_label or 'none verified'}; {args.launches} launches x {args.reps} reps after 1 warm-up, "
+          "E2E under LoadGen Offline; mean ± 95 % interval over launches (sd: one launch's repetitions)")
+    print(f"{'app':4s} {'framework':10s} {'CPU E2E s':>18s} {'GPU E2E s':>18s} {'CPU/GPU':>8s} "
           f"{'GPU util %':>10s} {'GPU MiB':>8s}")
     for app, framework, cpu, gpu, why in rows:
-        cpu_text = f"{cpu['mean_s']:.3f} ± {cpu['ci95_s']:.3f}"
         if gpu is None:
-            print(f"{app:4s} {framework:10s} {cpu_text:>16s} {'-':>16s}   no GPU run{': ' + why if why else ''}")
+            print(f"{app:4s} {framework:10s} {spread(cpu):>18s} {'-':>18s}   no GPU run{': ' + why if why else ''}")
             continue
-        print(f"{app:4s} {framework:10s} {cpu_text:>16s} {gpu['mean_s']:9.3f} ± {gpu['ci95_s']:.3f} "
-              f"{cpu['mean_s'] / gpu['mean_s']:8.2f} {gpu['gpu_util_pct']:10.1f} {gpu['gpu_mem_mib']:8.0f}")
+        print(f"{app:4s} {framework:10s} {spread(cpu):>18s} {spread(gpu):>18s} "
+              f"{cpu['mean_s'] / gpu['mean_s']:8.2f} {gpu['gpu_util_pct'] or float('nan'):10.1f} "
+              f"{gpu['gpu_mem_mib'] or float('nan'):8.0f}")
     for line in failures:
         print(f"failed: {line}")
 
