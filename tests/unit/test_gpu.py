@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -111,6 +112,54 @@ def test_nvml_is_preferred_when_the_stack_has_it(monkeypatch):
     usage = sampler.summary()
     assert usage["source"] == "nvml" and usage["samples"] >= 2 and usage["util_max_pct"] == 64
     assert usage["used_peak_mib"] == 5120 and usage["process_peak_mib"] == 2048
+
+
+def fake_nvml(monkeypatch: pytest.MonkeyPatch, util: Callable[[], int]) -> None:
+    """A stand-in pynvml for one GPU whose utilisation reading is ``util()``."""
+    handle = object()
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: handle,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200", nvmlSystemGetDriverVersion=lambda: "580.159.04",
+        nvmlSystemGetCudaDriverVersion=lambda: 13000,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=141 << 30, used=5 << 30),
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=util()),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+
+def test_a_repetition_shorter_than_the_drivers_period_is_read_after_it(monkeypatch):
+    # the driver reports the period holding a 10 ms repetition's kernels only after it ended
+    # (seen on an H200: a DLBS RS batch loop read 0 % in both samples taken while it ran)
+    stopped: list[float] = []
+    fake_nvml(monkeypatch, lambda: 4 if stopped and time.monotonic() - stopped[0] > 0.25 else 0)
+    sampler = gpu.UsageSampler()
+    sampler.start()
+    time.sleep(0.01)
+    stopped.append(time.monotonic())
+    sampler.stop()
+    record = {"gpu": gpu.repetition_record(sampler, TORCH_ON_GPU)}
+    assert gpu.usage_problems(record) == []
+    usage = record["gpu"]
+    assert usage["util_max_pct"] == 0 and usage["util_after_pct"] == 4 and usage["samples_after"] >= 2
+    assert usage["util_mean_pct"] == 4  # the reading after it stands for the repetition
+    assert time.monotonic() - stopped[0] < 0.25 + 2 * gpu.SAMPLE_INTERVAL_S + 0.5  # stops at the first reading
+
+
+def test_an_idle_gpu_is_read_for_at_most_trail_s_after_the_repetition(monkeypatch):
+    fake_nvml(monkeypatch, lambda: 0)
+    start = time.monotonic()
+    with gpu.sampled(True) as sampler:
+        time.sleep(0.01)
+    assert gpu.TRAIL_S <= time.monotonic() - start < gpu.TRAIL_S + 1.0
+    usage = sampler.summary()
+    assert usage["util_mean_pct"] == 0 and usage["util_after_pct"] == 0
+    (problem,) = gpu.usage_problems({"gpu": {**TORCH_ON_GPU, **usage}})
+    assert f"and in {usage['samples_after']} after it" in problem
+    # a busy repetition reads nothing after it
+    fake_nvml(monkeypatch, lambda: 50)
+    with gpu.sampled(True) as sampler:
+        time.sleep(0.05)
+    assert sampler.summary()["samples_after"] == 0
 
 
 def test_cpu_scenarios_sample_nothing():

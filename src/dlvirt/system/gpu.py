@@ -4,6 +4,13 @@ A GPU scenario counts only when the repetition shows GPU work: the harness sampl
 utilisation and memory while it runs (NVML through ``nvidia-ml-py`` where the stack has it, else
 ``nvidia-smi``), the app says where its weights live (``App.gpu_state``), and ``usage_problems``
 fails the job when the framework saw no GPU, the weights sat on the CPU, or the GPU stayed idle.
+
+The driver's utilisation is a share of its own sample period (1/6 s to 1 s, by product: NVML's
+``nvmlDeviceGetUtilizationRates``), updated once per period. A repetition shorter than that (a
+DLBS batch loop of 10 ms on an H200) can read 0 % in every sample taken while it runs although its
+kernels ran: the period that holds them is reported after it ended. So when every reading during
+the repetition is 0 %, the sampler keeps reading for up to ``TRAIL_S`` after it, until a non-zero
+reading; that reading stands for the repetition (``util_after_pct``, ``samples_after``).
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 SAMPLE_INTERVAL_S = 0.1
+TRAIL_S = 1.0  # the longest utilisation sample period NVML documents
 _SMI_TIMEOUT_S = 10
 
 
@@ -100,9 +109,11 @@ class UsageSampler:
     -lms`` process streaming readings (spawning nvidia-smi per sample would load the CPU the
     repetition is measured on). ``samples`` holds one list of per-GPU readings per instant."""
 
-    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, trail_s: float = TRAIL_S) -> None:
         self.interval_s = interval_s
+        self.trail_s = trail_s
         self.samples: list[list[dict[str, float]]] = []
+        self.after: list[list[dict[str, float]]] = []  # readings after the repetition (trailing)
         self.source: str | None = None
         self.stop_event = threading.Event()
         self.proc: subprocess.Popen[str] | None = None
@@ -125,11 +136,18 @@ class UsageSampler:
         if self.thread is not None:
             self.thread.start()
 
+    def _busy(self) -> bool:
+        return any(g["util_pct"] > 0 for s in self.samples + self.after for g in s)
+
     def _poll(self, nvml: Any) -> None:
         while True:
             self.samples.append(_nvml_sample(nvml))
             if self.stop_event.wait(self.interval_s):
-                return
+                break
+        deadline = time.monotonic() + self.trail_s
+        while not self._busy() and time.monotonic() < deadline:
+            time.sleep(self.interval_s)
+            self.after.append(_nvml_sample(nvml))
 
     def _read(self, proc: subprocess.Popen[str], gpus: int) -> None:
         assert proc.stdout is not None
@@ -142,12 +160,15 @@ class UsageSampler:
             except (IndexError, ValueError):
                 continue
             if len(instant) == gpus:
-                self.samples.append(instant)
+                (self.after if self.stop_event.is_set() else self.samples).append(instant)
                 instant = []
 
     def stop(self) -> None:
         self.stop_event.set()
         if self.proc is not None:
+            deadline = time.monotonic() + self.trail_s
+            while not self._busy() and time.monotonic() < deadline and self.proc.poll() is None:
+                time.sleep(self.interval_s)
             # the process's own memory, once, while the model still holds it
             own = _smi_process_mib()
             if self.samples:
@@ -162,9 +183,14 @@ class UsageSampler:
         used = [max(g["used_mib"] for g in s) for s in self.samples if s]
         process = [sum(g["process_mib"] for g in s if g["process_mib"] == g["process_mib"]) for s in self.samples]
         process = [p for p in process if p > 0]
+        after = [max(g["util_pct"] for g in s) for s in self.after if s]
+        util_after = max(after) if after else None
+        mean = sum(util) / len(util) if util else None
+        if not any(util) and util_after:
+            mean = util_after  # every reading during it was 0 %: the one after it stands for it
         return {"samples": len(util), "interval_s": self.interval_s, "source": self.source,
-                "util_mean_pct": sum(util) / len(util) if util else None,
-                "util_max_pct": max(util) if util else None,
+                "util_mean_pct": mean, "util_max_pct": max(util) if util else None,
+                "samples_after": len(after), "util_after_pct": util_after,
                 "used_peak_mib": max(used) if used else None,
                 "process_peak_mib": max(process) if process else None}
 
@@ -213,7 +239,8 @@ def usage_problems(record: dict[str, Any]) -> list[str]:
         problems.append(f"the model's weights are on {device or 'an unreported device'}, not on the GPU")
     if not gpu.get("samples"):
         problems.append("GPU utilisation could not be sampled (neither NVML nor nvidia-smi answered)")
-    elif not gpu.get("util_max_pct"):
+    elif not gpu.get("util_max_pct") and not gpu.get("util_after_pct"):
         problems.append(f"the GPU stayed idle: utilisation 0 % in all {gpu['samples']} samples "
-                        f"(every {gpu['interval_s']} s) during the repetition")
+                        f"(every {gpu['interval_s']} s) during the repetition and in "
+                        f"{gpu.get('samples_after', 0)} after it")
     return problems
