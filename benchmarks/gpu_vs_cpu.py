@@ -11,7 +11,8 @@ PyTorch backend unless ``--ic-framework tensorflow`` (a GPU machine may have no 
 Needs a GPU machine with the GPU stack (envs/requirements-gpu.txt, or at least torch with CUDA,
 transformers, mlcommons-loadgen, pyyaml). Run on an NVIDIA H200 on 2026-12-04: README, "Measured here".
 
-    python benchmarks/gpu_vs_cpu.py [--cores 8] [--reps 3] [--launches 2] [--apps ic,sr,nlp,rs] [--ic-framework pytorch]
+    python benchmarks/gpu_vs_cpu.py [--cores 8] [--reps 3] [--launches 2] [--apps ic,sr,nlp,rs] [--tool mlperf]
+        [--ic-framework pytorch] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -72,13 +73,20 @@ def app_settings(app: str, ic_framework: str) -> dict[str, Any]:
     return settings
 
 
+def dlbs_settings() -> dict[str, Any]:
+    """The config's ``dlbs`` section as the schema fills it in."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    return defaults(schema["properties"]["dlbs"], schema)
+
+
 def run(app: str, settings: dict[str, Any], dataset: Path, work: Path, cores: int, processor: str,
-        reps: int, launches: int) -> dict[str, Any]:
+        reps: int, launches: int, tool: str) -> dict[str, Any]:
     """``launches`` launches (fresh processes) of one job; the launch is the statistical unit."""
     results = []
     for launch in range(launches):
-        spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps)
-        out = work / f"{app}-{processor}-{launch}"
+        spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps, tool=tool,
+                        dlbs=dlbs_settings() if tool == "dlbs" else None)
+        out = work / f"{tool}-{app}-{processor}-{launch}"
         results.append(run_job(spec, out / "run.json", out / "loadgen"))
     return summarise_launches(results)
 
@@ -98,6 +106,8 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=2, help="launches per row (the interval's n)")
     parser.add_argument("--apps", default="ic,sr,nlp,rs")
     parser.add_argument("--ic-framework", choices=["pytorch", "tensorflow"], default="pytorch")
+    parser.add_argument("--tool", choices=["mlperf", "dlbs"], default="mlperf",
+                        help="mlperf: E2E under LoadGen Offline; dlbs: model-only batches")
     parser.add_argument("--keep", type=Path, help="keep datasets, run records and LoadGen logs here")
     args = parser.parse_args()
     rows, failures, gpu_label = [], [], ""
@@ -108,11 +118,11 @@ def main() -> None:
             settings = app_settings(app, args.ic_framework)
             dataset = Path(tmp) / "datasets" / app
             cls.prepare_dataset(dataset, settings)
-            cpu = run(app, settings, dataset, Path(tmp), args.cores, "CPU", args.reps, args.launches)
+            cpu = run(app, settings, dataset, Path(tmp), args.cores, "CPU", args.reps, args.launches, args.tool)
             gpu = None
             if "GPU" in cls.kind.processors:
                 try:
-                    gpu = run(app, settings, dataset, Path(tmp), args.cores, "GPU", args.reps, args.launches)
+                    gpu = run(app, settings, dataset, Path(tmp), args.cores, "GPU", args.reps, args.launches, args.tool)
                 except Exception as err:  # noqa: BLE001 - a failed GPU job is reported, the others still run
                     failures.append(f"{app.upper()} GPU: {err}")
             rows.append((app, settings.get("framework", cls.kind.framework), cpu, gpu, cls.kind.why_no_gpu))
@@ -122,8 +132,10 @@ def main() -> None:
     node = node_identity()
     print(f"BM/{args.cores}/PIN: CPU {node['cpu_model']} ({node['logical_cpus_online']} CPUs), "
           f"GPU {gpu_label or 'none verified'}; {args.launches} launches x {args.reps} reps after 1 warm-up, "
-          "E2E under LoadGen Offline; mean ± 95 % interval over launches (sd: one launch's repetitions)")
-    print(f"{'app':4s} {'framework':10s} {'CPU E2E s':>18s} {'GPU E2E s':>18s} {'CPU/GPU':>8s} "
+          f"{'E2E under LoadGen Offline' if args.tool == 'mlperf' else 'model-only (DLBS)'}; "
+          "mean ± 95 % interval over launches (sd: one launch's repetitions)")
+    measure = "E2E" if args.tool == "mlperf" else "model"
+    print(f"{'app':4s} {'framework':10s} {'CPU ' + measure + ' s':>18s} {'GPU ' + measure + ' s':>18s} {'CPU/GPU':>8s} "
           f"{'GPU util %':>10s} {'GPU MiB':>8s}")
     for app, framework, cpu, gpu, why in rows:
         if gpu is None:
