@@ -15,6 +15,11 @@ after one warm-up per launch, every job through the real runner and harness):
   against it (= Σ phase CPU / (cores × E2E));
 - the 1→N speed-up of E2E and of the raw loop, and their ratio.
 
+Each launch is followed at once by its raw loop, on the CPUs the launch got, for either tool: the
+ratio, (E2E at N / raw at N) / (E2E at 1 / raw at 1), then divides measurements taken a launch
+apart, so that the host's drift from one minute to the next cancels within each pair instead of
+entering the ratio whole; the levels take turns going first from one round to the next.
+
 ``--rounds K`` runs the whole set K times, one round after another (a round: every launch and raw
 loop once), and prints each figure's geometric mean over the rounds. The ratio is formed within each
 round, and its 90 % t-interval over the rounds (log scale, K − 1 df) says whether the goal (≥ 0.95)
@@ -82,20 +87,21 @@ def across_rounds(values: list[float], goal: float) -> tuple[float, float, float
 
 def one_round(apps: list[str], tools: list[str], levels: list[int], config: dict, datasets: dict[str, Path],
               tmp: Path, reps: int, passes: int) -> dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]:
-    """Every app and tool at every level once: (E2E per level, raw loop per level) per (app, tool)."""
+    """Every app and tool at every level once, in the order ``levels`` gives, each launch followed by
+    its raw loop: (E2E per level, raw loop per level) per (app, tool)."""
     rows: dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]] = {}
     for app in apps:
         settings = config["apps"][app]
-        raw: dict[int, dict] = {}
         for tool in tools:
             e2e: dict[int, dict] = {}
+            raw: dict[int, dict] = {}
             for cores in levels:
                 spec = job_spec(app, settings, datasets[app], f"BM/{cores}/PIN/CPU", reps, tool=tool,
                                 dlbs=config["dlbs"])
                 out = tmp / f"{tool}-{app}-{cores}"
                 e2e[cores] = measured(run_job(spec, out / "run.json", out / "loadgen"), cores)
-                if cores not in raw:  # on the CPUs the harness got
-                    raw[cores] = fresh_raw_loop(app, settings, datasets[app], e2e[cores]["cpus"], passes)
+                # at once, on the CPUs the harness got: the pair shares the host's speed of the minute
+                raw[cores] = fresh_raw_loop(app, settings, datasets[app], e2e[cores]["cpus"], passes)
             rows[(app, tool)] = (e2e, raw)
     return rows
 
@@ -120,8 +126,9 @@ def main() -> None:
         datasets = {app: Path(tmp) / "datasets" / app for app in apps}
         for app in apps:
             app_class(app).prepare_dataset(datasets[app], config["apps"][app])
-        for _ in range(args.rounds):
-            rounds.append(one_round(apps, tools, levels, config, datasets, Path(tmp), args.reps, args.passes))
+        for index in range(args.rounds):
+            order = levels if index % 2 == 0 else levels[::-1]  # neither level always first
+            rounds.append(one_round(apps, tools, order, config, datasets, Path(tmp), args.reps, args.passes))
     node = node_identity()
     print(f"BM/N/PIN/CPU, N = {low} and {high}; {node['cpu_model']} ({node['logical_cpus_online']} CPUs); "
           f"{datetime.now(UTC):%Y-%m-%d}; default study's workloads, 1 warm-up + {args.reps} reps per launch, "
