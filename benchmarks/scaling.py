@@ -17,8 +17,8 @@ after one warm-up per launch, every job through the real runner and harness):
 
 Each launch is followed at once by its raw loop, on the CPUs the launch got, for either tool: the
 ratio, (E2E at N / raw at N) / (E2E at 1 / raw at 1), then divides measurements taken a launch
-apart, so that the host's drift from one minute to the next cancels within each pair instead of
-entering the ratio whole; the levels take turns going first from one round to the next.
+apart, so that drift slower than a launch cancels within each pair instead of entering the ratio
+whole (faster drift does not); the levels take turns going first from one round to the next.
 
 ``--rounds K`` runs the whole set K times, one round after another (a round: every launch and raw
 loop once), and prints each figure's geometric mean over the rounds. The ratio is formed within each
