@@ -95,16 +95,23 @@ def test_framework_without_a_gpu_and_nothing_to_sample_fail(monkeypatch, tmp_pat
     assert gpu.usage_problems({}) == ["GPU scenario, but the repetition recorded no GPU use"]
 
 
-def test_nvml_is_preferred_when_the_stack_has_it(monkeypatch):
+def fake_nvml(monkeypatch: pytest.MonkeyPatch, util: Callable[[], int], process_bytes: int | None = None) -> None:
+    """A stand-in pynvml for one GPU (driver 570.86.15, CUDA 12.8) whose utilisation reading is
+    ``util()``, listing this process with ``process_bytes`` of GPU memory where given."""
     handle = object()
+    mine = [] if process_bytes is None else [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=process_bytes)]
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: handle,
         nvmlDeviceGetName=lambda h: b"NVIDIA H200", nvmlSystemGetDriverVersion=lambda: "570.86.15",
         nvmlSystemGetCudaDriverVersion=lambda: 12080,
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=141 << 30, used=5 << 30),
-        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=64),
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=2 << 30)])
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=util()),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: mine)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+
+def test_nvml_is_preferred_when_the_stack_has_it(monkeypatch):
+    fake_nvml(monkeypatch, lambda: 64, process_bytes=2 << 30)
     assert gpu.devices() == [{"index": 0, "name": "NVIDIA H200", "driver": "570.86.15", "cuda_driver": "12.8",
                               "memory_total_mib": 141 << 10, "source": "nvml"}]
     with gpu.sampled(True) as sampler:
@@ -112,19 +119,6 @@ def test_nvml_is_preferred_when_the_stack_has_it(monkeypatch):
     usage = sampler.summary()
     assert usage["source"] == "nvml" and usage["samples"] >= 2 and usage["util_max_pct"] == 64
     assert usage["used_peak_mib"] == 5120 and usage["process_peak_mib"] == 2048
-
-
-def fake_nvml(monkeypatch: pytest.MonkeyPatch, util: Callable[[], int]) -> None:
-    """A stand-in pynvml for one GPU whose utilisation reading is ``util()``."""
-    handle = object()
-    fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: handle,
-        nvmlDeviceGetName=lambda h: b"NVIDIA H200", nvmlSystemGetDriverVersion=lambda: "580.159.04",
-        nvmlSystemGetCudaDriverVersion=lambda: 13000,
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=141 << 30, used=5 << 30),
-        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=util()),
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [])
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
 
 
 def test_a_repetition_shorter_than_the_drivers_period_is_read_after_it(monkeypatch):

@@ -111,7 +111,8 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("host", "str", "host name of the measuring host"),
     Column("hardware", "str", "the hardware of the launches (several kinds joined by ' + ')"),
     Column("gpu", "str", "the GPU model of a GPU row"),
-    Column("gpu_util_pct", "float", "mean sampled GPU utilisation (%)"),
+    Column("gpu_util_pct", "float", "mean sampled GPU utilisation (%); a repetition shorter than the driver's "
+           "sample period that read 0 % throughout counts its first non-zero reading after it"),
     Column("gpu_mem_mib", "float", "the process's peak GPU memory (MiB)"),
     Column("sockets", "int", "the most sockets a PIN launch's cores spanned"),
     Column("numa_nodes", "int", "the most NUMA nodes a PIN launch's cores spanned"),

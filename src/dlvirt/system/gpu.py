@@ -10,7 +10,10 @@ The driver's utilisation is a share of its own sample period (1/6 s to 1 s, by p
 DLBS batch loop of 10 ms on an H200) can read 0 % in every sample taken while it runs although its
 kernels ran: the period that holds them is reported after it ended. So when every reading during
 the repetition is 0 %, the sampler keeps reading for up to ``TRAIL_S`` after it, until a non-zero
-reading; that reading stands for the repetition (``util_after_pct``, ``samples_after``).
+reading; that reading stands for the repetition (``util_after_pct``, ``samples_after``). It is the
+driver's share over the period that held the repetition's end, so it may hold the job's own GPU work
+just before the repetition too (and, as every reading, another process's on the same GPU): evidence
+that the GPU worked, not a utilisation of the repetition alone.
 """
 
 from __future__ import annotations
