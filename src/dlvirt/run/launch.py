@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
             share = job.warmup_share if warming else 1.0
             record = timer.time(rep, out_dir, estimate_qps, warmups, share)
-        telemetry = observe.telemetry(before, observe.counters(), threads)
+            # the kernel's counters end with the repetition, before the GPU sampler may read on after it
+            after = observe.counters()
+        telemetry = observe.telemetry(before, after, threads)
         # a model held in another process (the tool's own) has nothing to ask: {}
         used = None if sampler is None else gpu.repetition_record(sampler, host.gpu_state())
         reported = host.framework_threads()
