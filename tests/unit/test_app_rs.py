@@ -52,8 +52,8 @@ def test_malformed_lines_are_refused_naming_where():
 
 
 def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_rest():
-    """parse_lines parses well-formed lines over their bytes (array operations, the GIL released)
-    and anything else by Python's string parsing; both give the same arrays."""
+    """parse_lines parses well-formed lines over their bytes (array operations per field) and
+    anything else by Python's string parsing; both give the same arrays."""
     from dlvirt.apps.rs import parse_bytes, parse_lines_checked, synthetic_lines
 
     def same(text: bytes) -> None:
@@ -64,8 +64,8 @@ def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_r
     assert parse_bytes(generated) is not None
     same(generated)
     same(generated.rstrip(b"\n"))  # a last line without its newline
-    odd = ["007", "-0", "-12", "9" * 18, "0"]
-    line = "\t".join(["1", *odd, *[""] * 8, "0", "00000000", "fFfF", *[""] * 23]) + "\n"
+    odd = ["007", "-0", "-12", "9" * 18, "0", "12345678", "-123456789", "1" + "0" * 16, "9" * 17]
+    line = "\t".join(["1", *odd, *[""] * 4, "0", "00000000", "fFfF", *[""] * 23]) + "\n"
     assert parse_bytes(line.encode()) is not None
     same(line.encode())
     # what Python's int() takes but the byte parser leaves to it: a sign, spaces, 19 digits, CRLF
@@ -77,7 +77,8 @@ def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_r
         parse_lines(line.replace("007", "9" * 19, 1).encode())
     assert parse_bytes(line.replace("\n", "\r\n").encode()) is None
     same(line.replace("\n", "\r\n").encode())
-    for bad in (b"", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode()):
+    for bad in (b"", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode(),
+                line.replace("007", "\x005", 1).encode(), line.replace("007", "5a", 1).encode()):
         assert parse_bytes(bad) is None
 
 
