@@ -82,6 +82,17 @@ def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_r
         assert parse_bytes(bad) is None
 
 
+def test_ctrs_are_written_as_python_formats_them():
+    from dlvirt.apps.rs import format_ctrs
+
+    rng = np.random.default_rng(4)
+    edges = [0, 1, 0.5, 1 / 128, 5e-7, 1.5e-6, 0.9999995, 2.5e-6, np.nextafter(np.float32(1), np.float32(0))]
+    for ctr in (rng.random(100_000).astype(np.float32), np.array(edges, dtype=np.float32),
+                (np.arange(0, 2**24, 97) / 2**24).astype(np.float32),
+                np.array([0.25, np.nan, 0.5], dtype=np.float32), np.zeros(0, dtype=np.float32)):
+        assert format_ctrs(ctr) == ",".join(f"{p:.6f}" for p in ctr.tolist())
+
+
 def test_samples_group_consecutive_lines(tmp_path):
     sizes = lines_per_sample(RS_DATASET)
     assert len(sizes) == 6 and sizes.min() >= 3 and sizes.max() <= 9

@@ -61,6 +61,8 @@ _DECIMAL_DIGIT[ord("0"):ord("9") + 1] = np.arange(10)
 _HEX_DIGIT = _DECIMAL_DIGIT.copy()
 _HEX_DIGIT[ord("a"):ord("f") + 1] = _HEX_DIGIT[ord("A"):ord("F") + 1] = np.arange(10, 16)
 _PAD = 24
+_ASCII_DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
+_DECIMAL_PLACES = 10 ** np.arange(6, -1, -1, dtype=np.int64)  # format_ctrs: units, then six decimals
 _ASCII_ZEROS = np.uint64(0x3030303030303030)
 # of a little-endian 8-byte word, the mask that keeps its last n bytes (n = 0..8)
 _KEEP_LAST = np.array([0] + [((1 << 8 * n) - 1) << 8 * (8 - n) for n in range(1, 9)], dtype=np.uint64)
@@ -262,6 +264,20 @@ def synthetic_lines(rng: np.random.Generator, rows: int) -> bytes:
     return ("\n".join("\t".join(row) for row in table.tolist()) + "\n").encode("ascii")
 
 
+def format_ctrs(ctr: np.ndarray) -> str:
+    """CTRs as ``f"{p:.6f}"`` joined by commas, formatted per digit with array operations where
+    every CTR lies in [0, 1] (a float32 times 10^6 is exact in float64, and ``np.rint`` rounds half
+    to even as Python's formatting does); anything else (NaN from a broken model) by Python's."""
+    if not len(ctr) or not ((ctr >= 0) & (ctr <= 1)).all():
+        return ",".join(f"{p:.6f}" for p in ctr.tolist())
+    millionths = np.rint(ctr.astype(np.float64) * 1e6).astype(np.int64)
+    digits = (millionths[:, None] // _DECIMAL_PLACES) % 10
+    text = np.empty((len(ctr), 9), dtype=np.uint8)  # "d.dddddd,"
+    text[:, 0], text[:, 1], text[:, 2:8], text[:, 8] = _ASCII_DIGITS[digits[:, 0]], ord("."), \
+        _ASCII_DIGITS[digits[:, 1:]], ord(",")
+    return text.tobytes()[:-1].decode("ascii")
+
+
 def build_model(rows: tuple[int, ...]) -> Any:
     """DLRM with the reference's module names (bot_l/top_l Sequentials, emb_l ModuleList)."""
     import torch
@@ -447,7 +463,7 @@ class Recommendation(torch_runtime.TorchModelApp):
             self.correct += int((clicks == (labels == 1)).sum())
             self.scores.append(ctr)
             self.truth.append(labels)
-            lines.append(f"{index}\t{int(clicks.sum())}\t{','.join(f'{p:.6f}' for p in ctr.tolist())}\n")
+            lines.append(f"{index}\t{int(clicks.sum())}\t{format_ctrs(ctr)}\n")
             answers.append(ctr.astype(np.float32).tobytes())
         self.predictions.writelines(lines)
         return answers
