@@ -89,7 +89,8 @@ def test_ctrs_are_written_as_python_formats_them():
     edges = [0, 1, 0.5, 1 / 128, 5e-7, 1.5e-6, 0.9999995, 2.5e-6, np.nextafter(np.float32(1), np.float32(0))]
     for ctr in (rng.random(100_000).astype(np.float32), np.array(edges, dtype=np.float32),
                 (np.arange(0, 2**24, 97) / 2**24).astype(np.float32),
-                np.array([0.25, np.nan, 0.5], dtype=np.float32), np.zeros(0, dtype=np.float32)):
+                np.array([0.25, np.nan, 0.5], dtype=np.float32), np.zeros(0, dtype=np.float32),
+                np.array([0.0000125, 0.3], dtype=np.float64)):
         assert format_ctrs(ctr) == ",".join(f"{p:.6f}" for p in ctr.tolist())
 
 

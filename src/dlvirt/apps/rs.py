@@ -54,18 +54,17 @@ _NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
 _NIBBLE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16)
 _TAB, _NEWLINE, _MINUS = 9, 10, 45
 _MAX_DECIMAL_DIGITS = 18  # within int64; longer integers take the checked path
-# parse_bytes: byte -> digit (0xFF: not one); zero bytes before the text, so that the 8-byte word
-# before any field's stop (up to 3 words for 18 digits) lies within the buffer
+# parse_bytes: byte -> digit (0xFF: not one)
 _DECIMAL_DIGIT = np.full(256, 0xFF, dtype=np.uint8)
 _DECIMAL_DIGIT[ord("0"):ord("9") + 1] = np.arange(10)
 _HEX_DIGIT = _DECIMAL_DIGIT.copy()
 _HEX_DIGIT[ord("a"):ord("f") + 1] = _HEX_DIGIT[ord("A"):ord("F") + 1] = np.arange(10, 16)
-_PAD = 24
-_ASCII_DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
-_DECIMAL_PLACES = 10 ** np.arange(6, -1, -1, dtype=np.int64)  # format_ctrs: units, then six decimals
+_PAD = 24  # zero bytes before the text: the words before the first field's stop (3 for 18 digits)
 _ASCII_ZEROS = np.uint64(0x3030303030303030)
 # of a little-endian 8-byte word, the mask that keeps its last n bytes (n = 0..8)
 _KEEP_LAST = np.array([0] + [((1 << 8 * n) - 1) << 8 * (8 - n) for n in range(1, 9)], dtype=np.uint64)
+_ASCII_DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
+_DECIMAL_PLACES = 10 ** np.arange(6, -1, -1, dtype=np.int64)  # format_ctrs: units, then six decimals
 
 
 @dataclass(frozen=True)
@@ -109,9 +108,9 @@ def parse_bytes(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     Per field, not per byte: the 8 bytes before each field's stop are read as one little-endian
     word, the bytes outside the field set to '0', each byte mapped to its digit (or refused), and
     the word's eight digits combined in three multiply-shift steps (``_word_values``); longer
-    integers take a word per 8 digits. The arrays are a few per field, which keeps a sample's
-    working set within the core's cache (the per-byte place-value arrays this replaced were 8 bytes
-    per input byte, and two parsers side by side slowed each other down)."""
+    integers take a word per 8 digits. With arrays per field rather than per byte, a parse is
+    mostly numpy calls whose Python part holds the GIL: two threads parse no faster than one
+    (docs/measurement.md, "RS's parser: one word per field")."""
     if not text:
         return None
     padded = bytes(_PAD) + text + (b"" if text.endswith(b"\n") else b"\n")
@@ -266,9 +265,9 @@ def synthetic_lines(rng: np.random.Generator, rows: int) -> bytes:
 
 def format_ctrs(ctr: np.ndarray) -> str:
     """CTRs as ``f"{p:.6f}"`` joined by commas, formatted per digit with array operations where
-    every CTR lies in [0, 1] (a float32 times 10^6 is exact in float64, and ``np.rint`` rounds half
-    to even as Python's formatting does); anything else (NaN from a broken model) by Python's."""
-    if not len(ctr) or not ((ctr >= 0) & (ctr <= 1)).all():
+    they are float32 in [0, 1] (a float32 times 10^6 is exact in float64, and ``np.rint`` rounds
+    half to even as Python's formatting does); anything else (NaN from a broken model) by Python's."""
+    if ctr.dtype != np.float32 or not len(ctr) or not ((ctr >= 0) & (ctr <= 1)).all():
         return ",".join(f"{p:.6f}" for p in ctr.tolist())
     millionths = np.rint(ctr.astype(np.float64) * 1e6).astype(np.int64)
     digits = (millionths[:, None] // _DECIMAL_PLACES) % 10
