@@ -48,13 +48,10 @@ SPARSE_MISSING = (0.0, 0.0, 0.03, 0.03, 0.0, 0.12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.03
 DENSE_LOG_MEDIAN = (0.0, 1.1, 1.9, 1.4, 7.9, 3.4, 1.1, 2.1, 3.7, 0.0, 0.0, 0.0, 1.4)
 CLICK_RATE = 0.256
 DATA_FILE = "train.txt"
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_NIBBLE = np.full(128, -1, dtype=np.int64)
-_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
-_NIBBLE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16)
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)  # digit value -> ASCII (0-9: decimal too)
 _TAB, _NEWLINE, _MINUS = 9, 10, 45
 _MAX_DECIMAL_DIGITS = 18  # within int64; longer integers take the checked path
-# parse_bytes: byte -> digit (0xFF: not one)
+# character code -> digit value (0xFF: not a digit of the base), for parse_bytes and parse_hex
 _DECIMAL_DIGIT = np.full(256, 0xFF, dtype=np.uint8)
 _DECIMAL_DIGIT[ord("0"):ord("9") + 1] = np.arange(10)
 _HEX_DIGIT = _DECIMAL_DIGIT.copy()
@@ -63,7 +60,6 @@ _PAD = 24  # zero bytes before the text: the words before the first field's stop
 _ASCII_ZEROS = np.uint64(0x3030303030303030)
 # of a little-endian 8-byte word, the mask that keeps its last n bytes (n = 0..8)
 _KEEP_LAST = np.array([0] + [((1 << 8 * n) - 1) << 8 * (8 - n) for n in range(1, 9)], dtype=np.uint64)
-_ASCII_DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
 _DECIMAL_PLACES = 10 ** np.arange(6, -1, -1, dtype=np.int64)  # format_ctrs: units, then six decimals
 
 
@@ -193,8 +189,8 @@ def parse_hex(strings: np.ndarray, where: str = "") -> np.ndarray:
         raise AppError(f"{where}: a categorical feature has more than 8 hex digits")
     codes = np.ascontiguousarray(strings.astype("<U8")).view(np.uint32).reshape(*strings.shape, 8)
     present = codes != 0
-    nibbles = _NIBBLE[np.minimum(codes, 127)]
-    if (nibbles[present] < 0).any():
+    nibbles = _HEX_DIGIT[np.minimum(codes, 255)]
+    if (nibbles[present] > 15).any():
         raise AppError(f"{where}: a categorical feature is not hexadecimal")
     value = np.zeros(strings.shape, dtype=np.int64)
     for digit in range(8):
@@ -272,8 +268,8 @@ def format_ctrs(ctr: np.ndarray) -> str:
     millionths = np.rint(ctr.astype(np.float64) * 1e6).astype(np.int64)
     digits = (millionths[:, None] // _DECIMAL_PLACES) % 10
     text = np.empty((len(ctr), 9), dtype=np.uint8)  # "d.dddddd,"
-    text[:, 0], text[:, 1], text[:, 2:8], text[:, 8] = _ASCII_DIGITS[digits[:, 0]], ord("."), \
-        _ASCII_DIGITS[digits[:, 1:]], ord(",")
+    text[:, 0], text[:, 1], text[:, 2:8], text[:, 8] = _HEX_DIGITS[digits[:, 0]], ord("."), \
+        _HEX_DIGITS[digits[:, 1:]], ord(",")
     return text.tobytes()[:-1].decode("ascii")
 
 
