@@ -116,6 +116,13 @@ install_python() {
     "$venv/bin/python" -m ipykernel install --sys-prefix >/dev/null
     echo "$want" > "$stamp"
   fi
+  # RS's compiled parser (src/dlvirt/apps/_criteo.c), built in place: again whenever its source is
+  # newer than the build (a pull or an edit), so that no launch runs an older parser than its code
+  local built
+  built=$(ls src/dlvirt/apps/_criteo.*.so 2>/dev/null | head -1)
+  if [ -z "$built" ] || [ src/dlvirt/apps/_criteo.c -nt "$built" ]; then
+    "$venv/bin/pip" install -q --no-deps --no-build-isolation -e .
+  fi
   # what dlvirt.system.hostinfo.python_stack reports in results/host.json and every result
   "$venv/bin/python" -c 'import json, sys; json.dump(dict(zip(("stack", "lock", "reason"), sys.argv[1:]), chosen_by="setup.sh"), open(sys.argv[4], "w"), indent=1)' \
     "$STACK" "$LOCK" "$STACK_REASON" "$record"

@@ -51,9 +51,9 @@ def test_malformed_lines_are_refused_naming_where():
         parse_lines(bad_int.encode())
 
 
-def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_rest():
-    """parse_lines parses well-formed lines over their bytes (array operations per field) and
-    anything else by Python's string parsing; both give the same arrays."""
+def test_the_compiled_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_rest():
+    """parse_lines parses well-formed lines in one compiled pass over their bytes and anything
+    else by Python's string parsing; both give the same arrays."""
     from dlvirt.apps.rs import parse_bytes, parse_lines_checked, synthetic_lines
 
     def same(text: bytes) -> None:
@@ -68,7 +68,7 @@ def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_r
     line = "\t".join(["1", *odd, *[""] * 4, "0", "00000000", "fFfF", *[""] * 23]) + "\n"
     assert parse_bytes(line.encode()) is not None
     same(line.encode())
-    # what Python's int() takes but the byte parser leaves to it: a sign, spaces, 19 digits, CRLF
+    # what Python's int() takes but the compiled parser leaves to it: a sign, spaces, 19 digits, CRLF
     for value in ("+5", " 5", "1" + "0" * 18):
         other = line.replace("007", value, 1).encode()
         assert parse_bytes(other) is None
@@ -77,9 +77,29 @@ def test_the_byte_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_r
         parse_lines(line.replace("007", "9" * 19, 1).encode())
     assert parse_bytes(line.replace("\n", "\r\n").encode()) is None
     same(line.replace("\n", "\r\n").encode())
-    for bad in (b"", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode(),
-                line.replace("007", "\x005", 1).encode(), line.replace("007", "5a", 1).encode()):
+    for bad in (b"", b"\n", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode(),
+                line.replace("007", "\x005", 1).encode(), line.replace("007", "5a", 1).encode(),
+                line.replace("fFfF", "123456789").encode(), line.replace("fFfF", "-1").encode(),
+                (line + line).replace("\n", "\t", 1).encode(), line.replace("\n", "\t\n").encode(),
+                (line + "\n").encode(), line.encode() + line.encode()[:-40]):
         assert parse_bytes(bad) is None
+    assert parse_bytes(line.replace("fFfF", "fFfFfFfF").encode()) is not None
+    several = (line * 3).encode()
+    assert parse_bytes(several) is not None and parse_bytes(several.rstrip(b"\n")) is not None
+    same(several.rstrip(b"\n"))
+
+
+def test_the_compiled_parser_checks_its_buffers_and_says_how_to_build_it(monkeypatch):
+    from dlvirt.apps import _criteo, rs
+
+    line = ("\t".join(["1"] + [""] * 39) + "\n").encode()
+    with pytest.raises(ValueError, match="rows x 14"):
+        _criteo.parse(line, np.empty((2, 14), dtype=np.int64), np.empty((1, 26), dtype=np.int64))
+    with pytest.raises(TypeError, match="read-write"):  # buffers to fill, not to read
+        _criteo.parse(line, b"\0" * 112, np.empty((1, 26), dtype=np.int64))  # type: ignore[arg-type]
+    monkeypatch.setattr(rs, "_criteo", None)
+    with pytest.raises(AppError, match=r"not built: \./setup\.sh install"):
+        parse_lines(line)
 
 
 def test_ctrs_are_written_as_python_formats_them():

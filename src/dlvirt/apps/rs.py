@@ -9,7 +9,7 @@ for small hosts, and every result file says whether a cap was in force.
 
 A query sample is, as in MLPerf's DLRM harness, a group of consecutive TSV lines (one user's
 impressions; 100–700 lines by default). Pre-processing reads its lines from storage and parses them
-with numpy array operations over each field's bytes (``parse_bytes``): missing integers → 0,
+in one compiled pass over their bytes (``parse_bytes``, ``_criteo.c``): missing integers → 0,
 negatives → 0, log(1 + x); categorical hex strings → integers, hashed into each table by modulo
 (the reference's ``--max-ind-range`` hashing; missing → 0). MLPerf's DLRM reference parses the
 text before the benchmark instead (its dataset step writes a processed ``.npz``/``.bin`` and
@@ -31,6 +31,11 @@ from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import AppError, checked_weights
 from dlvirt.core.kinds import AppKind
 
+try:
+    from dlvirt.apps import _criteo
+except ImportError:  # not built: parse_bytes says how to build it
+    _criteo = None  # type: ignore[assignment]
+
 DENSE = 13
 SPARSE = 26
 FIELDS = 1 + DENSE + SPARSE
@@ -49,17 +54,10 @@ DENSE_LOG_MEDIAN = (0.0, 1.1, 1.9, 1.4, 7.9, 3.4, 1.1, 2.1, 3.7, 0.0, 0.0, 0.0, 
 CLICK_RATE = 0.256
 DATA_FILE = "train.txt"
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)  # digit value -> ASCII (0-9: decimal too)
-_TAB, _NEWLINE, _MINUS = 9, 10, 45
-_MAX_DECIMAL_DIGITS = 18  # within int64; longer integers take the checked path
-# character code -> digit value (0xFF: not a digit of the base), for parse_bytes and parse_hex
-_DECIMAL_DIGIT = np.full(256, 0xFF, dtype=np.uint8)
-_DECIMAL_DIGIT[ord("0"):ord("9") + 1] = np.arange(10)
-_HEX_DIGIT = _DECIMAL_DIGIT.copy()
+# character code -> hex digit value (0xFF: not a hex digit), for parse_hex
+_HEX_DIGIT = np.full(256, 0xFF, dtype=np.uint8)
+_HEX_DIGIT[ord("0"):ord("9") + 1] = np.arange(10)
 _HEX_DIGIT[ord("a"):ord("f") + 1] = _HEX_DIGIT[ord("A"):ord("F") + 1] = np.arange(10, 16)
-_PAD = 24  # zero bytes before the text: the words before the first field's stop (3 for 18 digits)
-_ASCII_ZEROS = np.uint64(0x3030303030303030)
-# of a little-endian 8-byte word, the mask that keeps its last n bytes (n = 0..8)
-_KEEP_LAST = np.array([0] + [((1 << 8 * n) - 1) << 8 * (8 - n) for n in range(1, 9)], dtype=np.uint64)
 _DECIMAL_PLACES = 10 ** np.arange(6, -1, -1, dtype=np.int64)  # format_ctrs: units, then six decimals
 
 
@@ -100,68 +98,17 @@ def parse_bytes(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     """``parse_lines``' label and integer columns (n, 14) int64 and hex columns (n, 26) int64 from
     well-formed lines (40 tab-separated fields each, ``-?[0-9]*`` integers of at most 18 digits,
     hex of at most 8 digits, every line ending in a newline but the last); None for anything else.
-
-    Per field, not per byte: the 8 bytes before each field's stop are read as one little-endian
-    word, the bytes outside the field set to '0', each byte mapped to its digit (or refused), and
-    the word's eight digits combined in three multiply-shift steps (``_word_values``); longer
-    integers take a word per 8 digits. With arrays per field rather than per byte, a parse is
-    mostly numpy calls whose Python part holds the GIL: two threads parse no faster than one
-    (docs/measurement.md, "RS's parser: one word per field")."""
+    One compiled pass over the bytes with the GIL released (``_criteo.c``), so that the harness's
+    pre-processing workers parse side by side (docs/measurement.md, "RS's parser: compiled")."""
+    if _criteo is None:
+        raise AppError("RS's compiled parser dlvirt.apps._criteo is not built: ./setup.sh install builds it "
+                       "(pip install -e . with a C compiler and the Python headers)")
     if not text:
         return None
-    padded = bytes(_PAD) + text + (b"" if text.endswith(b"\n") else b"\n")
-    buffer = np.frombuffer(padded, dtype=np.uint8)
-    stops = np.flatnonzero((buffer == _TAB) | (buffer == _NEWLINE))
-    if len(stops) % FIELDS:
-        return None
-    rows = len(stops) // FIELDS
-    kinds = buffer[stops].reshape(rows, FIELDS)
-    if (kinds[:, :-1] != _TAB).any() or (kinds[:, -1] != _NEWLINE).any():
-        return None
-    starts = np.empty_like(stops)
-    starts[0], starts[1:] = _PAD, stops[:-1] + 1
-    lengths = (stops - starts).reshape(rows, FIELDS)
-    negative = (buffer[starts].reshape(rows, FIELDS) == _MINUS) & (lengths > 0)
-    negative[:, 1 + DENSE:] = False
-    digits = lengths - negative
-    if (negative & (digits == 0)).any():
-        return None
-    ends = stops.reshape(rows, FIELDS)
-    decimal_digits, hex_digits = digits[:, :1 + DENSE].ravel(), digits[:, 1 + DENSE:].ravel()
-    if hex_digits.max() > 8 or decimal_digits.max() > _MAX_DECIMAL_DIGITS:
-        return None
-    sparse = _word_values(padded, ends[:, 1 + DENSE:].ravel(), hex_digits, _HEX_DIGIT, 16)
-    if sparse is None:
-        return None
-    decimal_ends = ends[:, :1 + DENSE].ravel()
-    values = np.zeros(len(decimal_ends), dtype=np.int64)
-    for word in range(-(-int(decimal_digits.max()) // 8)):  # the last 8 digits, the 8 before, ...
-        part = _word_values(padded, decimal_ends - 8 * word, np.clip(decimal_digits - 8 * word, 0, 8),
-                            _DECIMAL_DIGIT, 10)
-        if part is None:
-            return None
-        values += part * 10 ** (8 * word)
-    values = np.where(negative[:, :1 + DENSE].ravel(), -values, values)
-    return values.reshape(rows, 1 + DENSE), sparse.reshape(rows, SPARSE)
-
-
-def _word_values(padded: bytes, ends: np.ndarray, digits: np.ndarray, digit_of: np.ndarray,
-                 base: int) -> np.ndarray | None:
-    """The value of the last ``digits`` (0..8) bytes before each of ``ends`` in base ``base``, or
-    None where one of them is not a digit (``digit_of``: byte → digit, 0xFF for none)."""
-    words = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))[ends - 8]  # unaligned reads
-    keep = _KEEP_LAST[digits]
-    words = (words & keep) | (_ASCII_ZEROS & ~keep)
-    places = digit_of[words.view(np.uint8)]
-    if (places > 15).any():
-        return None
-    # a word's bytes are its digits in order, the most significant in the lowest byte: combine
-    # neighbouring bytes, then 16-bit halves, then 32-bit halves (each step's products fit its lane)
-    v = places.view(np.uint64)
-    v = (v * np.uint64(base) + (v >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
-    v = (v * np.uint64(base**2) + (v >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
-    v = (v * np.uint64(base**4) + (v >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
-    return v.astype(np.int64)
+    rows = text.count(b"\n") + (not text.endswith(b"\n"))
+    values = np.empty((rows, 1 + DENSE), dtype=np.int64)
+    sparse = np.empty((rows, SPARSE), dtype=np.int64)
+    return (values, sparse) if _criteo.parse(text, values, sparse) else None
 
 
 def parse_lines_checked(text: bytes, where: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:

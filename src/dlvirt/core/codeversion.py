@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = Path(__file__).resolve().parents[1]
-SOURCE_SUFFIXES = (".py", ".j2", ".yaml", ".json", ".txt")
+# (.c: RS's compiled parser, built from it on install; .pyi: its interface)
+SOURCE_SUFFIXES = (".py", ".pyi", ".c", ".j2", ".yaml", ".json", ".txt")
 
 
 def source_hash(package: Path = PACKAGE) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dlvirt.core.atomic import write_json_atomic
+from dlvirt.core.codeversion import SOURCE_SUFFIXES
 from dlvirt.system import docker_engine
 from dlvirt.system.engines import EngineError, locked
 from dlvirt.system.hostinfo import python_stack
@@ -66,7 +67,7 @@ def host_lock() -> str:
 def image_inputs(root: Path) -> list[Path]:
     """Every file whose content the image depends on (the Snakemake rule's inputs too)."""
     package = Path(root) / "src" / "dlvirt"
-    code = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix in (".py", ".typed")
+    code = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix in (*SOURCE_SUFFIXES, ".typed")
                   and "__pycache__" not in p.parts)
     return [Path(root) / DOCKERFILE, Path(root) / host_lock(), Path(root) / "pyproject.toml", *code]
 

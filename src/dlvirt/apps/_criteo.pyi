@@ -1,0 +1,3 @@
+import numpy as np
+
+def parse(text: bytes, values: np.ndarray, sparse: np.ndarray, /) -> bool: ...
