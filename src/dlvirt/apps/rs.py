@@ -33,8 +33,10 @@ from dlvirt.core.kinds import AppKind
 
 try:
     from dlvirt.apps import _criteo
-except ImportError:  # not built: parse_bytes says how to build it
+    _CRITEO_MISSING = ""
+except ImportError as missing:  # not built, or built for another Python: parse_bytes says so
     _criteo = None  # type: ignore[assignment]
+    _CRITEO_MISSING = str(missing)
 
 DENSE = 13
 SPARSE = 26
@@ -101,8 +103,9 @@ def parse_bytes(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     One compiled pass over the bytes with the GIL released (``_criteo.c``), so that the harness's
     pre-processing workers parse side by side (docs/measurement.md, "RS's parser: compiled")."""
     if _criteo is None:
-        raise AppError("RS's compiled parser dlvirt.apps._criteo is not built: ./setup.sh install builds it "
-                       "(pip install -e . with a C compiler and the Python headers)")
+        why = _CRITEO_MISSING or "not built"
+        raise AppError(f"RS's compiled parser dlvirt.apps._criteo cannot be imported ({why}): ./setup.sh install "
+                       "builds it for this host's Python (pip install -e . with a C compiler and the Python headers)")
     if not text:
         return None
     rows = text.count(b"\n") + (not text.endswith(b"\n"))
