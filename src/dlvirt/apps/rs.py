@@ -100,8 +100,8 @@ def parse_bytes(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     """``parse_lines``' label and integer columns (n, 14) int64 and hex columns (n, 26) int64 from
     well-formed lines (40 tab-separated fields each, ``-?[0-9]*`` integers of at most 18 digits,
     hex of at most 8 digits, every line ending in a newline but the last); None for anything else.
-    One compiled pass over the bytes with the GIL released (``_criteo.c``), so that the harness's
-    pre-processing workers parse side by side (docs/measurement.md, "RS's parser: compiled")."""
+    One compiled pass over the bytes with the GIL released (``_criteo.c``): about a sixth of the numpy
+    parser's time, and two threads parse side by side (docs/measurement.md, "RS's parser: compiled")."""
     if _criteo is None:
         why = _CRITEO_MISSING or "not built"
         raise AppError(f"RS's compiled parser dlvirt.apps._criteo cannot be imported ({why}): ./setup.sh install "
