@@ -19,6 +19,7 @@ from dlvirt.apps.rs import (
     parse_hex,
     parse_lines,
     roc_auc,
+    sample_spans,
 )
 
 THREADS = one_thread()
@@ -166,6 +167,7 @@ def test_synthetic_dataset_preprocesses_and_postprocesses_known_ctrs(rs_dataset,
     assert np.frombuffer(answers[0], dtype=np.float32).tolist() == pytest.approx([0.9, 0.2, 0.6])
     assert quality["accuracy"] == 0.5 and quality["rows_scored"] == 4 and quality["samples_scored"] == 2
     assert quality["roc_auc"] == 0.5  # positives 0.9, 0.1 vs negatives 0.2, 0.6: 2 of 4 pairs ordered
+    assert quality["samples_parsed_checked"] == 0  # generated lines are well-formed
     assert (tmp_path / "predictions.tsv").read_text().splitlines()[0] == "0\t2\t0.900000,0.200000,0.600000"
 
 
@@ -180,3 +182,20 @@ def test_real_dataset_path_is_checked(rs_dataset, tmp_path):
     assert Recommendation.check_real_dataset(rs_dataset, {"dataset": RS_DATASET})["file"] == str(rs_dataset / DATA_FILE)
     with pytest.raises(AppError, match="apps.rs.dataset.path .*no Criteo TSV"):
         Recommendation.check_real_dataset(tmp_path, {"dataset": RS_DATASET})
+
+
+def test_a_repetition_counts_the_samples_the_checked_parser_took(rs_dataset, tmp_path):
+    """A sample that is not well-formed (here a '+' sign Python's int() takes) is parsed by the
+    slower checked path: the repetition's quality says how many, so its pre-processing time is read
+    for what it holds."""
+    data = tmp_path / DATA_FILE
+    lines = (rs_dataset / DATA_FILE).read_bytes().splitlines(keepends=True)
+    fields = lines[0].split(b"\t")
+    fields[1] = b"+" + fields[1] if fields[1] else b"+5"
+    data.write_bytes(b"\t".join(fields) + b"".join(lines[1:]))
+    app = Recommendation(RS_SETTINGS, rs_dataset, "CPU", THREADS)
+    app.path, app.spans = data, sample_spans(data, RS_DATASET)
+    app.begin_repetition(tmp_path)
+    first, second = app.preprocess(0), app.preprocess(1)
+    assert len(first.labels) == first.lines[0] and len(second.labels) == second.lines[0]
+    assert app.end_repetition()["samples_parsed_checked"] == 1
