@@ -98,9 +98,11 @@ def test_the_compiled_parser_checks_its_buffers_and_says_how_to_build_it(monkeyp
         _criteo.parse(line, np.empty((2, 14), dtype=np.int64), np.empty((1, 26), dtype=np.int64))
     with pytest.raises(TypeError, match="read-write"):  # buffers to fill, not to read
         _criteo.parse(line, b"\0" * 112, np.empty((1, 26), dtype=np.int64))  # type: ignore[arg-type]
-    monkeypatch.setattr(rs, "_criteo", None)
-    with pytest.raises(AppError, match=r"cannot be imported \(not built\): \./setup\.sh install"):
-        parse_lines(line)
+    assert rs._CRITEO_PROBLEM == ""  # this checkout's build is newer than its source
+    for problem in ("not built", "_criteo.so is older than _criteo.c"):
+        monkeypatch.setattr(rs, "_CRITEO_PROBLEM", problem)
+        with pytest.raises(AppError, match=rf"cannot be used \({problem}\): \./setup\.sh install"):
+            parse_lines(line)
 
 
 def test_ctrs_are_written_as_python_formats_them():

@@ -31,12 +31,18 @@ from dlvirt.apps import torch_runtime
 from dlvirt.apps.base import AppError, checked_weights
 from dlvirt.core.kinds import AppKind
 
+# What stops RS's compiled parser from being used ("": nothing); parse_bytes says it
 try:
     from dlvirt.apps import _criteo
-    _CRITEO_MISSING = ""
-except ImportError as missing:  # not built, or built for another Python: parse_bytes says so
+    _CRITEO_PROBLEM = ""
+    # in a source tree (not a wheel), a build older than its source would time an older parser
+    # than the code version a result records
+    _CRITEO_SOURCE = Path(__file__).with_name("_criteo.c")
+    if _CRITEO_SOURCE.is_file() and _CRITEO_SOURCE.stat().st_mtime > Path(_criteo.__file__).stat().st_mtime:
+        _CRITEO_PROBLEM = f"{_criteo.__file__} is older than {_CRITEO_SOURCE}"
+except ImportError as missing:  # not built, or built for another Python
     _criteo = None  # type: ignore[assignment]
-    _CRITEO_MISSING = str(missing)
+    _CRITEO_PROBLEM = str(missing) or "not built"
 
 DENSE = 13
 SPARSE = 26
@@ -108,10 +114,10 @@ def parse_bytes(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     hex of at most 8 digits, every line ending in a newline but the last); None for anything else.
     One compiled pass over the bytes with the GIL released (``_criteo.c``): about a sixth of the numpy
     parser's time, and two threads parse side by side (docs/measurement.md, "RS's parser: compiled")."""
-    if _criteo is None:
-        why = _CRITEO_MISSING or "not built"
-        raise AppError(f"RS's compiled parser dlvirt.apps._criteo cannot be imported ({why}): ./setup.sh install "
-                       "builds it for this host's Python (pip install -e . with a C compiler and the Python headers)")
+    if _CRITEO_PROBLEM:
+        raise AppError(f"RS's compiled parser dlvirt.apps._criteo cannot be used ({_CRITEO_PROBLEM}): ./setup.sh "
+                       "install builds it for this host's Python (pip install -e . with a C compiler and the Python "
+                       "headers)")
     if not text:
         return None
     rows = text.count(b"\n") + (not text.endswith(b"\n"))
