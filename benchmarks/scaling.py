@@ -27,6 +27,8 @@ is met, missed or undecided, as does eff N's against 0.9: on a host whose speed 
 from one minute to the next, one round's ratio decides nothing. Each row is decided on its own at
 5 % (one-sided), not corrected for the 8 rows: with every row truly at the goal, one of them
 may read met or missed by chance.
+The last lines give each round's ratio, so that several runs can be pooled: a row read met in
+one run of several is not decided by them all.
 
     python benchmarks/scaling.py [--cores N] [--apps ic,nlp,sr,rs] [--tools mlperf,dlbs] [--reps 2] [--rounds 1]
 """
@@ -144,6 +146,7 @@ def main() -> None:
     def mean(values: list[float]) -> float:
         return float(np.exp(np.mean(np.log(values))))
 
+    per_round: dict[str, list[float]] = {}
     for app in apps:
         for tool in tools:
             runs = [r[(app, tool)] for r in rounds]
@@ -157,6 +160,7 @@ def main() -> None:
             speed = [e[high]["rate"] / e[low]["rate"] for e, _ in runs]
             raw_speed = [r[high]["best"] / r[low]["best"] for _, r in runs]
             ratios = [s / r for s, r in zip(speed, raw_speed, strict=True)]
+            per_round[f"{app} {tool}"] = ratios
             ratio, lo, hi, ratio_goal = across_rounds(ratios, SPEED_UP_GOAL)
             eff_goal = across_rounds([e[high]["efficiency"] for e, _ in runs], EFFICIENCY_GOAL)[3]
             inf = [f"{e2e('infer_rate', c):7.2f}" if tool == "mlperf" else f"{'-':>7s}" for c in (low, high)]
@@ -167,6 +171,9 @@ def main() -> None:
                   f"{e2e('efficiency', low):6.2f} {e2e('efficiency', high):6.2f} {mean(speed):6.2f} "
                   f"{mean(raw_speed):6.2f} {ratio:6.2f} {interval:>13s} {ratio_goal:>10s} {eff_goal:>10s} "
                   f"{others[0]:5.1f} {others[1]:5.1f}")
+    # each round's ratio, so that runs can be pooled (one run decides each row on its own; a row read
+    # "met" in one of several runs is not decided by them all)
+    print("ratio per round: " + "; ".join(f"{k} " + ",".join(f"{r:.3f}" for r in v) for k, v in per_round.items()))
     threads = {(app, c): rounds[0][(app, tools[0])][1][c]["intra_op"] for app in apps for c in (low, high)}
     print("raw loop threads (framework default): " + ", ".join(f"{a} {c}c {n}" for (a, c), n in threads.items()))
 
