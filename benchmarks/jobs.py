@@ -64,7 +64,8 @@ def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: 
 def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], passes: int) -> dict[str, Any]:
     """(In a fresh process: ``fresh_raw_loop``.) Pin to ``cpus`` before the framework starts, build the model with the
     framework's default threads, pre-process every sample into memory, time ``passes`` passes of
-    ``infer`` over its batches after one untimed pass; samples/s per pass, their mean and the best."""
+    ``infer`` over its batches after one untimed pass; samples/s per pass, their mean and the best,
+    and a pass's mean seconds."""
     os.sched_setaffinity(0, cpus)
     from dlvirt.run.harness import plan_threads
     from dlvirt.system import observe
@@ -89,7 +90,7 @@ def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], 
             cpu_s += time.process_time() - cpu
             wall_s += elapsed
     return {"rate": statistics.mean(rates), "best": max(rates), "rates": rates, "cpu_per_wall": cpu_s / wall_s,
-            "intra_op": model.framework_threads().get("intra_op")}
+            "pass_s": wall_s / passes, "intra_op": model.framework_threads().get("intra_op")}
 
 
 def fresh_raw_loop(app: str, settings: dict[str, Any], dataset: Path, cpus: list[int], passes: int) -> dict[str, Any]:
