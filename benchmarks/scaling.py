@@ -34,14 +34,16 @@ The last lines give each round's ratio, so that several runs can be pooled: a ro
 one run of several is not decided by them all.
 
 Each launch and raw loop is timed by its fastest repetition or pass (on a shared host, the one other
-tenants slowed least). A cloud guest's vCPU can run at half speed for 10-30 s at a time while a
-neighbour shares its physical core (measured on a 2-core KVM guest: ~40 % of the time per vCPU,
-rarely both at once, so a 2-core job is slowed more often than a 1-core one); a fastest-of-two over
+tenants slowed least). A cloud guest's vCPU can run at about half speed for 2-30 s at a time
+(measured on a 2-core KVM guest: ~40 % of the time per vCPU, rarely both at once, so a 2-core job
+is slowed more often than a 1-core one; a neighbour on the physical core is the likely cause, not
+proven; docs/measurement.md, "The host's speed"); a fastest-of-two over
 a second or two then often holds only slow repetitions, and the ratio's spread over rounds follows
 from which of the four measurements happened to run slow. ``--window S`` therefore sizes each app
-and tool's counted repetitions and raw passes so that they span at least S seconds at N cores
-(never fewer than ``--reps`` / ``--passes``, at most 60), from a pilot launch and raw loop at 1 core
-with one of each before the first round; ``--window 0`` keeps the fixed counts.
+and tool's counted repetitions and raw passes so that they span about S seconds at N cores
+(assuming N times the 1-core speed; never fewer than ``--reps`` / ``--passes``, at most 60), from
+a pilot launch and raw loop at 1 core with one of each before the first round; ``--window 0`` keeps
+the fixed counts.
 
     python benchmarks/scaling.py [--cores N] [--apps ic,nlp,sr,rs] [--tools mlperf,dlbs] [--rounds 1]
                                  [--reps 2] [--passes 2] [--window 8]
