@@ -43,7 +43,10 @@ from which of the four measurements happened to run slow. ``--window S`` therefo
 and tool's counted repetitions and raw passes so that they span about S seconds at N cores
 (assuming N times the 1-core speed; never fewer than ``--reps`` / ``--passes``, at most 60), from
 a pilot launch and raw loop at 1 core with one of each before the first round; ``--window 0`` keeps
-the fixed counts.
+the fixed counts. A launch's repetitions and its raw loop's passes can then differ in number (a
+DLBS repetition times a few batches, a raw pass the whole dataset), and the fastest of more draws
+reads a little faster: the same counts at both levels cancel that in the ratio, not in E2E against
+the raw loop at one level.
 
     python benchmarks/scaling.py [--cores N] [--apps ic,nlp,sr,rs] [--tools mlperf,dlbs] [--rounds 1]
                                  [--reps 2] [--passes 2] [--window 8]
@@ -181,9 +184,11 @@ def main() -> None:
             order = levels if index % 2 == 0 else levels[::-1]  # neither level always first
             rounds.append(one_round(apps, tools, order, config, datasets, Path(tmp), counts))
     node = node_identity()
+    sizing = (f"sized to span {args.window:g} s at {high} cores (at least {args.reps} and {args.passes})"
+              if args.window > 0 else "fixed")
     print(f"BM/N/PIN/CPU, N = {low} and {high}; {node['cpu_model']} ({node['logical_cpus_online']} CPUs); "
           f"{datetime.now(UTC):%Y-%m-%d}; default study's workloads; 1 warm-up + counted reps per launch, raw loop "
-          f"passes after 1, sized to span {args.window:g} s at {high} cores (at least {args.reps} and {args.passes}): "
+          f"passes after 1, {sizing}: "
           + ", ".join(f"{a} {t} {r}/{p}" for (a, t), (r, p) in counts.items())
           + f"; {args.rounds} round(s); {time.perf_counter() - started:.0f} s")
     print("rates in samples/s (geometric means over the rounds); limit = cores / (phase CPU-s per sample); "
