@@ -12,6 +12,7 @@ from conftest import RS_DATASET, RS_SETTINGS, one_thread
 from dlvirt.apps.base import AppError
 from dlvirt.apps.rs import (
     DATA_FILE,
+    KAGGLE_TABLE_ROWS,
     Recommendation,
     average_ranks,
     line_offsets,
@@ -20,9 +21,12 @@ from dlvirt.apps.rs import (
     parse_lines,
     roc_auc,
     sample_spans,
+    table_modulus,
 )
 
 THREADS = one_thread()
+UNHASHED = table_modulus((2**32 - 1,) * 26)  # every 8-digit hex value but ffffffff is its own remainder
+KAGGLE = table_modulus(KAGGLE_TABLE_ROWS)
 
 
 def test_a_criteo_line_with_missing_fields_parses_to_the_right_tensors():
@@ -30,7 +34,7 @@ def test_a_criteo_line_with_missing_fields_parses_to_the_right_tensors():
     sparse = ["68fd1e64", "", "0000000a", "ABCDEF12"] + [""] * 21 + ["1"]
     line = "\t".join(["1", *dense, *sparse]) + "\n"
     line += "\t".join(["0"] + [""] * 13 + [""] * 26) + "\n"
-    labels, dense_out, sparse_out = parse_lines(line.encode())
+    labels, dense_out, sparse_out = parse_lines(line.encode(), UNHASHED)
     assert labels.tolist() == [1, 0] and dense_out.dtype == np.float32 and sparse_out.dtype == np.int64
     assert dense_out.shape == (2, 13) and sparse_out.shape == (2, 26)
     # missing → 0, negative → 0, then log(1 + x)
@@ -38,18 +42,20 @@ def test_a_criteo_line_with_missing_fields_parses_to_the_right_tensors():
     assert np.allclose(dense_out[0], np.log1p(expected)) and (dense_out[1] == 0).all()
     assert sparse_out[0, :4].tolist() == [0x68FD1E64, 0, 10, 0xABCDEF12] and sparse_out[0, 25] == 1
     assert (sparse_out[0, 4:25] == 0).all() and (sparse_out[1] == 0).all()
+    # hashed into each table by modulo its rows
+    assert parse_lines(line.encode(), KAGGLE)[2][0, :4].tolist() == [0x68FD1E64 % 1460, 0, 10, 0xABCDEF12 % 2202608]
 
 
 def test_malformed_lines_are_refused_naming_where():
     with pytest.raises(AppError, match="train.txt.*40 tab-separated fields"):
-        parse_lines(b"1\t2\t3\n", "train.txt")
+        parse_lines(b"1\t2\t3\n", KAGGLE, "train.txt")
     with pytest.raises(AppError, match="not hexadecimal"):
         parse_hex(np.array([["12zz"]]))
     with pytest.raises(AppError, match="more than 8 hex digits"):
         parse_hex(np.array([["123456789"]]))
     bad_int = "\t".join(["1", "x"] + [""] * 12 + [""] * 26)
     with pytest.raises(AppError, match="not an integer"):
-        parse_lines(bad_int.encode())
+        parse_lines(bad_int.encode(), KAGGLE)
 
 
 def test_the_compiled_parser_gives_what_the_checked_parser_gives_and_leaves_it_the_rest():
@@ -57,36 +63,49 @@ def test_the_compiled_parser_gives_what_the_checked_parser_gives_and_leaves_it_t
     else by Python's string parsing; both give the same arrays."""
     from dlvirt.apps.rs import parse_bytes, parse_lines_checked, synthetic_lines
 
-    def same(text: bytes) -> None:
-        got, want = parse_lines(text), parse_lines_checked(text)
+    # divisors from 1 to 2^32 - 1, and the tables' own
+    moduli = (KAGGLE, UNHASHED, table_modulus(tuple(range(1, 27))),
+              table_modulus(tuple(np.random.default_rng(5).integers(1, 2**32, 26))))
+
+    def same(text: bytes, modulus: np.ndarray = KAGGLE) -> None:
+        got, (labels, dense, sparse) = parse_lines(text, modulus), parse_lines_checked(text)
+        want = labels, dense, sparse % modulus
         assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want, strict=True))
 
     generated = synthetic_lines(np.random.default_rng(3), 3000)
-    assert parse_bytes(generated) is not None
-    same(generated)
+    for modulus in moduli:
+        assert parse_bytes(generated, modulus) is not None
+        same(generated, modulus)
     same(generated.rstrip(b"\n"))  # a last line without its newline
+    # the caller may say how many lines there are; a wrong count leaves the text to the checked path
+    assert parse_bytes(generated, KAGGLE, 3000) is not None
+    assert parse_bytes(generated, KAGGLE, 2999) is None and parse_bytes(generated, KAGGLE, 3001) is None
     odd = ["007", "-0", "-12", "9" * 18, "0", "12345678", "-123456789", "1" + "0" * 16, "9" * 17]
     line = "\t".join(["1", *odd, *[""] * 4, "0", "00000000", "fFfF", *[""] * 23]) + "\n"
-    assert parse_bytes(line.encode()) is not None
-    same(line.encode())
+    assert parse_bytes(line.encode(), KAGGLE) is not None
+    for modulus in moduli:
+        same(line.encode(), modulus)
+        same(line.replace("\t00000000\tfFfF\t", "\tFFFFFFFE\tffffffff\t").encode(), modulus)
+    for label in ("0", "-1", "127", "128", "255", "300", "-129"):  # as astype(int8): the low byte
+        same(line.replace("1", label, 1).encode())
     # what Python's int() takes but the compiled parser leaves to it: a sign, spaces, 19 digits, CRLF
     for value in ("+5", " 5", "1" + "0" * 18):
         other = line.replace("007", value, 1).encode()
-        assert parse_bytes(other) is None
+        assert parse_bytes(other, KAGGLE) is None
         same(other)
     with pytest.raises(AppError, match="not an integer"):  # beyond int64
-        parse_lines(line.replace("007", "9" * 19, 1).encode())
-    assert parse_bytes(line.replace("\n", "\r\n").encode()) is None
+        parse_lines(line.replace("007", "9" * 19, 1).encode(), KAGGLE)
+    assert parse_bytes(line.replace("\n", "\r\n").encode(), KAGGLE) is None
     same(line.replace("\n", "\r\n").encode())
     for bad in (b"", b"\n", b"1\t2\n", line.replace("fFfF", "fFfG").encode(), line.replace("007", "-", 1).encode(),
                 line.replace("007", "\x005", 1).encode(), line.replace("007", "5a", 1).encode(),
                 line.replace("fFfF", "123456789").encode(), line.replace("fFfF", "-1").encode(),
                 (line + line).replace("\n", "\t", 1).encode(), line.replace("\n", "\t\n").encode(),
                 (line + "\n").encode(), line.encode() + line.encode()[:-40]):
-        assert parse_bytes(bad) is None
-    assert parse_bytes(line.replace("fFfF", "fFfFfFfF").encode()) is not None
+        assert parse_bytes(bad, KAGGLE) is None
+    assert parse_bytes(line.replace("fFfF", "fFfFfFfF").encode(), KAGGLE) is not None
     several = (line * 3).encode()
-    assert parse_bytes(several) is not None and parse_bytes(several.rstrip(b"\n")) is not None
+    assert parse_bytes(several, KAGGLE) is not None and parse_bytes(several.rstrip(b"\n"), KAGGLE) is not None
     same(several.rstrip(b"\n"))
 
 
@@ -94,15 +113,26 @@ def test_the_compiled_parser_checks_its_buffers_and_says_how_to_build_it(monkeyp
     from dlvirt.apps import _criteo, rs
 
     line = ("\t".join(["1"] + [""] * 39) + "\n").encode()
-    with pytest.raises(ValueError, match="rows x 14"):
-        _criteo.parse(line, np.empty((2, 14), dtype=np.int64), np.empty((1, 26), dtype=np.int64))
+    labels, dense, sparse = np.empty(1, np.int8), np.empty((1, 13), np.float32), np.empty((1, 26), np.int64)
+    assert _criteo.parse(line, labels, dense, sparse, KAGGLE)
+    with pytest.raises(ValueError, match="rows int8, dense rows x 13 float32"):
+        _criteo.parse(line, np.empty(2, np.int8), dense, sparse, KAGGLE)
     with pytest.raises(TypeError, match="read-write"):  # buffers to fill, not to read
-        _criteo.parse(line, b"\0" * 112, np.empty((1, 26), dtype=np.int64))  # type: ignore[arg-type]
+        _criteo.parse(line, b"\0", dense, sparse, KAGGLE)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes"):  # its sentinel: the NUL after a bytes object's data
+        _criteo.parse(bytearray(line), labels, dense, sparse, KAGGLE)  # type: ignore[arg-type]
+    for modulus in (KAGGLE[:25], table_modulus((0,) * 26), table_modulus((2**32,) * 26)):
+        with pytest.raises(ValueError, match="modulus must hold 26 int64 in 1..2"):
+            _criteo.parse(line, labels, dense, sparse, modulus)
+    with pytest.raises(ValueError, match="float32"):
+        _criteo.format_ctrs(b"\0" * 6)  # type: ignore[arg-type]
     assert rs._CRITEO_PROBLEM == ""  # this checkout's build is newer than its source
     for problem in ("not built", "_criteo.so is older than _criteo.c"):
         monkeypatch.setattr(rs, "_CRITEO_PROBLEM", problem)
         with pytest.raises(AppError, match=rf"cannot be used \({problem}\): \./setup\.sh install"):
-            parse_lines(line)
+            parse_lines(line, KAGGLE)
+        with pytest.raises(AppError, match=rf"cannot be used \({problem}\)"):
+            rs.format_ctrs(np.zeros(2, np.float32))
 
 
 def test_ctrs_are_written_as_python_formats_them():
@@ -110,9 +140,11 @@ def test_ctrs_are_written_as_python_formats_them():
 
     rng = np.random.default_rng(4)
     edges = [0, 1, 0.5, 1 / 128, 5e-7, 1.5e-6, 0.9999995, 2.5e-6, np.nextafter(np.float32(1), np.float32(0))]
-    for ctr in (rng.random(100_000).astype(np.float32), np.array(edges, dtype=np.float32),
+    every = rng.random(100_000).astype(np.float32)
+    for ctr in (every, every[::3], np.array(edges, dtype=np.float32), np.array([0.5], dtype=np.float32),
                 (np.arange(0, 2**24, 97) / 2**24).astype(np.float32),
-                np.array([0.25, np.nan, 0.5], dtype=np.float32), np.zeros(0, dtype=np.float32),
+                np.array([0.25, np.nan, 0.5], dtype=np.float32), np.array([0.25, 1.5], dtype=np.float32),
+                np.array([-0.0, -1e-9], dtype=np.float32), np.zeros(0, dtype=np.float32),
                 np.array([0.0000125, 0.3], dtype=np.float64)):
         assert format_ctrs(ctr) == ",".join(f"{p:.6f}" for p in ctr.tolist())
 

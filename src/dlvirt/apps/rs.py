@@ -10,12 +10,13 @@ for small hosts, and every result file says whether a cap was in force.
 A query sample is, as in MLPerf's DLRM harness, a group of consecutive TSV lines (one user's
 impressions; 100–700 lines by default). Pre-processing reads its lines from storage and parses them
 in one compiled pass over their bytes (``parse_bytes``, ``_criteo.c``): missing integers → 0,
-negatives → 0, log(1 + x); categorical hex strings → integers, hashed into each table by modulo
-(the reference's ``--max-ind-range`` hashing; missing → 0). MLPerf's DLRM reference parses the
+negatives → 0, then log(1 + x) in numpy; categorical hex strings → integers, hashed into each table
+by modulo (the reference's ``--max-ind-range`` hashing; missing → 0). MLPerf's DLRM reference parses the
 text before the benchmark instead (its dataset step writes a processed ``.npz``/``.bin`` and
 LoadGen's untimed ``load_query_samples`` puts the samples in memory); dlvirt keeps reading and
 parsing inside E2E, as for every app.
-Post-processing thresholds the CTRs and scores them against the labels (accuracy, ROC AUC).
+Post-processing thresholds the CTRs, scores them against the labels (accuracy, ROC AUC) and writes
+them as text (compiled too: ``format_ctrs``).
 """
 
 from __future__ import annotations
@@ -61,12 +62,11 @@ SPARSE_MISSING = (0.0, 0.0, 0.03, 0.03, 0.0, 0.12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.03
 DENSE_LOG_MEDIAN = (0.0, 1.1, 1.9, 1.4, 7.9, 3.4, 1.1, 2.1, 3.7, 0.0, 0.0, 0.0, 1.4)
 CLICK_RATE = 0.256
 DATA_FILE = "train.txt"
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)  # digit value -> ASCII (0-9: decimal too)
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)  # digit value -> ASCII
 # character code -> hex digit value (0xFF: not a hex digit), for parse_hex
 _HEX_DIGIT = np.full(256, 0xFF, dtype=np.uint8)
 _HEX_DIGIT[ord("0"):ord("9") + 1] = np.arange(10)
 _HEX_DIGIT[ord("a"):ord("f") + 1] = _HEX_DIGIT[ord("A"):ord("F") + 1] = np.arange(10, 16)
-_DECIMAL_PLACES = 10 ** np.arange(6, -1, -1, dtype=np.int64)  # format_ctrs: units, then six decimals
 
 
 @dataclass(frozen=True)
@@ -86,44 +86,63 @@ def collate(items: list[CriteoBatch]) -> CriteoBatch:
                        np.concatenate([b.labels for b in items]), tuple(n for b in items for n in b.lines))
 
 
-def parse_lines(text: bytes, where: str = "", checked: list[str] | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def parse_lines(text: bytes, modulus: np.ndarray, where: str = "", checked: list[str] | None = None,
+                rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Criteo TSV lines (label, 13 integers, 26 hex categoricals; any field may be empty) →
-    labels int8 (n,), dense float32 (n, 13) = log(1 + max(x, 0)), sparse int64 (n, 26).
-    Well-formed lines are parsed in one compiled pass (``parse_bytes``); anything else by the
-    checked path, which gives the same values or says what is wrong, and is several times slower:
-    ``checked`` gets ``where`` appended each time it runs (``list.append`` is atomic, so that the
-    pre-processing workers can share one list), so that a repetition can say how many samples its
-    pre-processing time holds at that speed."""
-    fast = parse_bytes(text)
+    labels int8 (n,), dense float32 (n, 13) = log(1 + max(x, 0)), sparse int64 (n, 26) = each
+    categorical modulo its table's rows (``modulus``, 26 int64 in 1..2^32-1; ``table_modulus``).
+    Well-formed lines are parsed in one compiled pass (``parse_bytes``; ``rows``: how many lines
+    the text holds, where the caller knows); anything else by the checked path, which gives the same
+    values or says what is wrong, and is several times slower: ``checked`` gets ``where`` appended
+    each time it runs (``list.append`` is atomic, so that the pre-processing workers can share one
+    list), so that a repetition can say how many samples its pre-processing time holds at that speed."""
+    fast = parse_bytes(text, modulus, rows)
     if fast is not None:
-        values, sparse = fast
-        return values[:, 0].astype(np.int8), _dense(values), sparse
+        return fast
     if checked is not None:
         checked.append(where)
-    return parse_lines_checked(text, where)
+    labels, dense, sparse = parse_lines_checked(text, where)
+    return labels, dense, sparse % modulus
 
 
 def _dense(values: np.ndarray) -> np.ndarray:
     return np.log1p(np.maximum(values[:, 1:], 0).astype(np.float32))
 
 
-def parse_bytes(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
-    """``parse_lines``' label and integer columns (n, 14) int64 and hex columns (n, 26) int64 from
+def parse_bytes(text: bytes, modulus: np.ndarray, rows: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``parse_lines``' labels, dense and hashed sparse arrays from ``rows`` (None: counted)
     well-formed lines (40 tab-separated fields each, ``-?[0-9]*`` integers of at most 18 digits,
     hex of at most 8 digits, every line ending in a newline but the last); None for anything else.
-    One compiled pass over the bytes with the GIL released (``_criteo.c``): about a sixth of the numpy
-    parser's time, and two threads parse side by side (docs/measurement.md, "RS's parser: compiled")."""
+    One compiled pass over the bytes with the GIL released (``_criteo.c``), then numpy's log1p in
+    place (the checked path's, so that both give the same bits): about a tenth of a numpy parser's
+    time, and two threads parse side by side (docs/measurement.md, "RS's parser: compiled")."""
+    criteo = compiled()
+    if not text:
+        return None
+    if rows is None:
+        rows = text.count(b"\n") + (not text.endswith(b"\n"))
+    labels = np.empty(rows, dtype=np.int8)
+    dense = np.empty((rows, DENSE), dtype=np.float32)
+    sparse = np.empty((rows, SPARSE), dtype=np.int64)
+    if not criteo.parse(text, labels, dense, sparse, modulus):
+        return None
+    np.log1p(dense, out=dense)
+    return labels, dense, sparse
+
+
+def compiled() -> Any:
+    """The compiled module ``dlvirt.apps._criteo``, or an error that says how to build it."""
     if _CRITEO_PROBLEM:
         raise AppError(f"RS's compiled parser dlvirt.apps._criteo cannot be used ({_CRITEO_PROBLEM}): ./setup.sh "
                        "install builds it for this host's Python (pip install -e . with a C compiler and the Python "
                        "headers)")
-    if not text:
-        return None
-    rows = text.count(b"\n") + (not text.endswith(b"\n"))
-    values = np.empty((rows, 1 + DENSE), dtype=np.int64)
-    sparse = np.empty((rows, SPARSE), dtype=np.int64)
-    return (values, sparse) if _criteo.parse(text, values, sparse) else None
+    return _criteo
+
+
+def table_modulus(rows: tuple[int, ...]) -> np.ndarray:
+    """The categoricals' hashing divisors (``parse_lines``' ``modulus``) for tables of ``rows``."""
+    return np.array(rows, dtype=np.int64)
 
 
 def parse_lines_checked(text: bytes, where: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -188,15 +207,15 @@ def line_offsets(path: Path, lines: int) -> np.ndarray:
     return np.concatenate([np.zeros(1, dtype=np.int64), *ends]) if ends else np.zeros(1, dtype=np.int64)
 
 
-def sample_spans(path: Path, dataset: dict[str, Any]) -> list[tuple[int, int]]:
-    """(first byte, end byte) of each query sample's lines in the TSV; as many samples as it holds."""
+def sample_spans(path: Path, dataset: dict[str, Any]) -> list[tuple[int, int, int]]:
+    """(first byte, end byte, lines) of each query sample in the TSV; as many samples as it holds."""
     sizes = lines_per_sample(dataset)
     offsets = line_offsets(path, int(sizes.sum()))
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     samples = int(np.searchsorted(bounds, len(offsets) - 1, side="right")) - 1
     if samples < 1:
         raise AppError(f"{path}: fewer lines ({len(offsets) - 1}) than one sample needs ({sizes[0]})")
-    return [(int(offsets[bounds[i]]), int(offsets[bounds[i + 1]])) for i in range(samples)]
+    return [(int(offsets[bounds[i]]), int(offsets[bounds[i + 1]]), int(sizes[i])) for i in range(samples)]
 
 
 def synthetic_lines(rng: np.random.Generator, rows: int) -> bytes:
@@ -222,17 +241,12 @@ def synthetic_lines(rng: np.random.Generator, rows: int) -> bytes:
 
 
 def format_ctrs(ctr: np.ndarray) -> str:
-    """CTRs as ``f"{p:.6f}"`` joined by commas, formatted per digit with array operations where
-    they are float32 in [0, 1] (a float32 times 10^6 is exact in float64, and ``np.rint`` rounds
-    half to even as Python's formatting does); anything else (NaN from a broken model) by Python's."""
-    if ctr.dtype != np.float32 or not len(ctr) or not ((ctr >= 0) & (ctr <= 1)).all():
-        return ",".join(f"{p:.6f}" for p in ctr.tolist())
-    millionths = np.rint(ctr.astype(np.float64) * 1e6).astype(np.int64)
-    digits = (millionths[:, None] // _DECIMAL_PLACES) % 10
-    text = np.empty((len(ctr), 9), dtype=np.uint8)  # "d.dddddd,"
-    text[:, 0], text[:, 1], text[:, 2:8], text[:, 8] = _HEX_DIGITS[digits[:, 0]], ord("."), \
-        _HEX_DIGITS[digits[:, 1:]], ord(",")
-    return text.tobytes()[:-1].decode("ascii")
+    """CTRs as ``f"{p:.6f}"`` joined by commas: compiled where they are float32 in [0, 1] (a float32
+    times 10^6 is exact in float64, rounded half to even as Python's formatting rounds), anything
+    else (NaN from a broken model) by Python's."""
+    if ctr.dtype == np.float32 and ctr.flags.c_contiguous and (text := compiled().format_ctrs(ctr)) is not None:
+        return str(text.decode("ascii"))
+    return ",".join(f"{p:.6f}" for p in ctr.tolist())
 
 
 def build_model(rows: tuple[int, ...]) -> Any:
@@ -327,7 +341,8 @@ class Recommendation(torch_runtime.TorchModelApp):
             head = handle.read(1 << 16).split(b"\n")[:-1]
         if not head:
             raise AppError(f"apps.rs.dataset.path {path}: no complete line in the first 64 KiB")
-        parse_lines(b"\n".join(head), f"apps.rs.dataset.path {path}")
+        parse_lines(b"\n".join(head), table_modulus(table_rows(settings.get("max_rows_per_table"))),
+                    f"apps.rs.dataset.path {path}")
         spans = sample_spans(path, settings["dataset"])
         return {"count": len(spans), "lines": int(lines_per_sample(settings["dataset"])[:len(spans)].sum()),
                 "file": str(path), "format": "Criteo TSV (label, 13 int, 26 hex)"}
@@ -346,7 +361,7 @@ class Recommendation(torch_runtime.TorchModelApp):
         self.spans = sample_spans(self.path, self.settings["dataset"])
         self.threshold = float(self.settings.get("threshold", 0.5))
         self.table_sizes = table_rows(self.settings.get("max_rows_per_table"))
-        self.modulus = np.array(self.table_sizes, dtype=np.int64)
+        self.modulus = table_modulus(self.table_sizes)
         self.checked_parses: list[str] = []  # samples the checked parser took (parse_lines), this repetition
 
     def sample_count(self) -> int:
@@ -378,12 +393,13 @@ class Recommendation(torch_runtime.TorchModelApp):
         self.model.to(self.device)
 
     def preprocess(self, index: int) -> CriteoBatch:
-        start, end = self.spans[index]
+        start, end, rows = self.spans[index]
         with open(self.path, "rb") as handle:
             handle.seek(start)
             text = handle.read(end - start)
-        labels, dense, sparse = parse_lines(text, f"{self.path} sample {index}", self.checked_parses)
-        return CriteoBatch(dense, sparse % self.modulus, labels, (len(labels),))
+        labels, dense, sparse = parse_lines(text, self.modulus, f"{self.path} sample {index}", self.checked_parses,
+                                            rows)
+        return CriteoBatch(dense, sparse, labels, (len(labels),))
 
     def infer(self, batch: list[CriteoBatch] | CriteoBatch) -> list[tuple[np.ndarray, np.ndarray]]:
         import torch
