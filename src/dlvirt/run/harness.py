@@ -13,9 +13,10 @@ repetition records LoadGen's latency percentiles, achieved rate, early-stopping 
 validity, and E2E is the wall time from the first issue to the last completion.
 
 ``harness.pipeline`` says whether the stages overlap: ``overlapped`` pre-processes ahead while
-inference runs (the E2E an application would see); ``sequential`` pre-processes a batch, infers it,
-post-processes it, then the next, so the three stages' busy times add up to E2E (the decomposition
-the phase figures show). Per stage a repetition records its *busy* wall time (the union of its
+inference runs (the E2E an application would see); ``sequential`` pre-processes a turn of whole
+batches (``TURN_SAMPLES_PER_WORKER``), then infers and post-processes them one batch at a time,
+then the next turn, so the three stages' busy times add up to E2E (the decomposition the phase
+figures show). Per stage a repetition records its *busy* wall time (the union of its
 calls' intervals, not a sum over threads), its CPU time, and ``stall_s``, the time inference waited
 for pre-processed samples; see ``ThreadPlan`` for how threads share the granted cores.
 
@@ -41,7 +42,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -53,6 +54,13 @@ from dlvirt.run.repetitions import warmup_workload
 from dlvirt.system import observe
 
 POLICIES = THREAD_POLICIES
+# The stages alternating, each turn pre-processes whole batches holding at least this many samples
+# per worker: a worker's last sample of a turn is idle time for the others, and each turn wakes the
+# workers and then the framework's helpers again. RS at 2 cores (450 samples, batches of 8): the
+# time outside inference fell from ~0.09 s per repetition at 8 samples a turn to ~0.065 s at 64
+# (docs/measurement.md, "RS's text handling"). MLPerf's own harnesses hold the whole performance
+# set in memory; a turn holds less, or the same where the workload is smaller than a turn.
+TURN_SAMPLES_PER_WORKER = 32
 
 
 class ThreadPlanError(RuntimeError):
@@ -210,12 +218,33 @@ class OfflinePipeline:
         self.pre.record(start, time.perf_counter(), clock() - cpu)
         return item
 
-    def _preprocessed(self, pool: ThreadPoolExecutor, index: int) -> Future[Any]:
-        """``index`` pre-processed on ``pool``, or here and now where pre-processing is inline."""
-        if not self.inline_pre:
-            return pool.submit(self._preprocess, index)
-        done: Future[Any] = Future()
-        done.set_result(self._preprocess(index))
+    def _preprocessed_turn(self, pool: ThreadPoolExecutor, samples: list[tuple[int, int]]
+                           ) -> list[tuple[int, int, Future[Any]]]:
+        """The stages alternating: ``samples`` (id, index) pre-processed before inference resumes,
+        here where pre-processing is inline, else by every worker of ``pool``, each taking the next
+        sample until none is left (one task per worker, not per sample: a pool's hand-off per task
+        cost RS's two workers a quarter of their speed, docs/measurement.md, "RS's text handling");
+        the wait for the workers counts as ``stall_s``."""
+        items: list[Any] = [None] * len(samples)
+        if self.inline_pre:
+            for k, (_, index) in enumerate(samples):
+                items[k] = self._preprocess(index)
+        else:
+            waited = time.perf_counter()
+            order = iter(range(len(samples)))  # shared: each next() is atomic under the GIL
+
+            def drain() -> None:
+                for k in order:
+                    items[k] = self._preprocess(samples[k][1])
+
+            for task in [pool.submit(drain) for _ in range(min(self.plan.pre_workers, len(samples)))]:
+                task.result()
+            self.stall_s += time.perf_counter() - waited
+        done: list[tuple[int, int, Future[Any]]] = []
+        for (sid, index), item in zip(samples, items, strict=True):
+            future: Future[Any] = Future()
+            future.set_result(item)
+            done.append((sid, index, future))
         return done
 
     def _complete(self, ids: list[int], answers: list[bytes]) -> None:
@@ -252,29 +281,18 @@ class OfflinePipeline:
     def _run(self, samples: list[tuple[int, int]]) -> None:
         try:
             workers = self.plan.pre_workers
-            # overlapped: pre-processing runs this far ahead; sequential: one batch at a time
-            ahead = max(2 * self.batch_size, 4 * workers) if self.plan.overlap else self.batch_size
             with ThreadPoolExecutor(workers, thread_name_prefix="pre") as pre_pool, \
                     ThreadPoolExecutor(1, thread_name_prefix="post") as post_pool:
-                pending: collections.deque[tuple[int, int, Future[Any]]] = collections.deque()
-                issued = iter(samples)
                 posts: list[Future[None]] = []
-
-                def top_up() -> None:
-                    while len(pending) < ahead:
-                        nxt = next(issued, None)
-                        if nxt is None:
-                            return
-                        pending.append((nxt[0], nxt[1], self._preprocessed(pre_pool, nxt[1])))
-
-                top_up()
-                while pending:
-                    batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
-                    if self.plan.overlap:
-                        top_up()
-                    self._infer_batch(batch, post_pool if self.plan.post_thread else None, posts)
-                    if not self.plan.overlap:
-                        top_up()
+                if self.plan.overlap:
+                    self._run_overlapped(samples, pre_pool, post_pool, posts)
+                else:
+                    # whole batches, at least TURN_SAMPLES_PER_WORKER samples per worker
+                    turn = self.batch_size * math.ceil(TURN_SAMPLES_PER_WORKER * workers / self.batch_size)
+                    for first in range(0, len(samples), turn):
+                        pending = self._preprocessed_turn(pre_pool, samples[first:first + turn])
+                        for start in range(0, len(pending), self.batch_size):
+                            self._infer_batch(pending[start:start + self.batch_size], None, posts)
                 for post in posts:
                     post.result()
                 self.samples += len(samples)
@@ -283,6 +301,23 @@ class OfflinePipeline:
             traceback.print_exc()
             remaining = [sid for sid, _ in samples if sid not in self.completed_ids]
             self._complete(remaining, [b""] * len(remaining))
+
+    def _run_overlapped(self, samples: list[tuple[int, int]], pre_pool: ThreadPoolExecutor,
+                        post_pool: ThreadPoolExecutor, posts: list[Future[None]]) -> None:
+        """Pre-processing runs this far ahead of inference, a task per sample."""
+        ahead = max(2 * self.batch_size, 4 * self.plan.pre_workers)
+        pending: collections.deque[tuple[int, int, Future[Any]]] = collections.deque()
+        issued = iter(samples)
+
+        def top_up() -> None:
+            while len(pending) < ahead and (nxt := next(issued, None)) is not None:
+                pending.append((nxt[0], nxt[1], pre_pool.submit(self._preprocess, nxt[1])))
+
+        top_up()
+        while pending:
+            batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
+            top_up()
+            self._infer_batch(batch, post_pool if self.plan.post_thread else None, posts)
 
     def phases(self) -> dict[str, float | None]:
         window_cpu = (self.completed_cpu or 0.0) - (self.issued_cpu or 0.0)
@@ -335,8 +370,10 @@ class StreamPipeline(OfflinePipeline):
         taken: list[tuple[int, int, Future[Any] | None]] = []
         try:
             while (taken := self._take() or []):
-                batch = [(sid, idx, pre if pre is not None else self._preprocessed(self.pre_pool, idx))
-                         for sid, idx, pre in taken]
+                if self.plan.overlap:
+                    batch = [(sid, idx, cast(Future[Any], pre)) for sid, idx, pre in taken]
+                else:
+                    batch = self._preprocessed_turn(self.pre_pool, [(sid, idx) for sid, idx, _ in taken])
                 self._infer_batch(batch, self.post_pool if self.plan.post_thread else None, posts)
                 self.samples += len(batch)
                 taken = []
