@@ -115,8 +115,8 @@ def parse_bytes(text: bytes, modulus: np.ndarray, rows: int | None = None
     well-formed lines (40 tab-separated fields each, ``-?[0-9]*`` integers of at most 18 digits,
     hex of at most 8 digits, every line ending in a newline but the last); None for anything else.
     One compiled pass over the bytes with the GIL released (``_criteo.c``), then numpy's log1p in
-    place (the checked path's, so that both give the same bits): about a tenth of a numpy parser's
-    time, and two threads parse side by side (docs/measurement.md, "RS's parser: compiled")."""
+    place (the checked path's, so that both give the same bits): about a sixth of the numpy
+    parser's time, and two threads parse side by side (docs/measurement.md, "RS's parser: compiled")."""
     criteo = compiled()
     if not text:
         return None
