@@ -9,6 +9,7 @@ tests/integration/test_workflow.py."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -80,3 +81,31 @@ def test_the_default_and_paper_studies_leave_the_noop_app_out():
              "matrix": [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"], "processors": ["CPU"]}]}
     gaps = [what for what, _ in study_gaps([], study)]
     assert any(g.startswith("app sr ") for g in gaps) and not any(g.startswith("app noop ") for g in gaps)
+
+
+@pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")
+def test_alternating_turns_serve_every_sample_once(tmp_path):
+    """The stages alternating, the harness pre-processes turns of whole batches (at least
+    TURN_SAMPLES_PER_WORKER samples per worker), its workers draining each: 100 samples in batches
+    of 8 make turns of 32 at one core (and 64 at two), the last one short; every sample is
+    pre-processed, inferred and answered once, and the turns' wait is the stall."""
+    from dlvirt.run.harness import TURN_SAMPLES_PER_WORKER
+
+    settings = {**NOOP_SETTINGS, "dataset": {**NOOP_SETTINGS["dataset"], "count": 100},
+                "loadgen": {**NOOP_SETTINGS["loadgen"], "min_query_count": 100}}
+    dataset = tmp_path / "dataset"
+    assert main(["dataset", "--app", "noop", "--settings", json.dumps({"dataset": settings["dataset"]}),
+                 "--output-dir", str(dataset), "--schema", SCHEMA]) == 0
+    assert 100 % TURN_SAMPLES_PER_WORKER != 0  # a short last turn
+    cores = min(2, len(os.sched_getaffinity(0)))
+    spec = noop_job_spec(dataset, None, cores=cores, app_settings=settings, loadgen=settings["loadgen"],
+                         repetitions=2)
+    run = tmp_path / "run.json"
+    assert main(["bench", "--spec", json.dumps(spec), "--output", str(run), "--loadgen-dir", str(tmp_path / "lg")]) == 0
+    for repetition in json.loads(run.read_text())["runs"]:
+        assert repetition["samples"] == 100 and repetition["quality"]["scored"] == 100
+        assert not repetition["threads"]["overlap"] and repetition["phases"]["stall_s"] > 0
+    answered = sorted((tmp_path / "lg").rglob("predictions.txt"))
+    assert answered
+    for predictions in answered:
+        assert sorted(int(line.split()[0]) for line in predictions.read_text().splitlines()) == list(range(100))
