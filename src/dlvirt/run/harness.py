@@ -57,7 +57,8 @@ POLICIES = THREAD_POLICIES
 # The stages alternating, each turn pre-processes whole batches holding at least this many samples
 # per worker: a worker's last sample of a turn is idle time for the others, and each turn wakes the
 # workers and then the framework's helpers again. RS at 2 cores (450 samples, batches of 8): the
-# time outside inference fell from ~0.09 s per repetition at 8 samples a turn to ~0.065 s at 64
+# time outside inference per repetition was 0.092-0.098 s with a pool task per sample and one batch
+# a turn, 0.072-0.086 s with drained turns of 16 samples, 0.063-0.071 s with turns of 64
 # (docs/measurement.md, "RS's text handling"). MLPerf's own harnesses hold the whole performance
 # set in memory; a turn holds less, or the same where the workload is smaller than a turn.
 TURN_SAMPLES_PER_WORKER = 32
