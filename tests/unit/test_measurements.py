@@ -99,10 +99,15 @@ def test_a_prefetch_asks_the_whole_file_into_the_page_cache(tmp_path):
     os.close(fd)
     size = path.stat().st_size
     assert pagecache.Prefetch(path).finish()["bytes"] == size
-    deadline = time.monotonic() + 20  # the kernel reads in the background
+    # Readahead is advice: the kernel reads in the background and, short of free memory, skips
+    # pages rather than reclaim for them (a CI run under the full suite got 127 of 10,241 pages
+    # short). One call for the whole file reads 8 MiB of these 40 here, so 90 % still tells asking
+    # for every piece from asking once.
+    wanted = 0.9 * size
+    deadline = time.monotonic() + 20
     while resident_bytes(path) < size and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert resident_bytes(path) == size
+    assert resident_bytes(path) >= wanted
     missing = pagecache.Prefetch(tmp_path / "absent").finish()
     assert "bytes" not in missing and "absent: No such file" in missing["error"]
 
