@@ -15,10 +15,13 @@ repetitions sized below, per launch; every job through the real runner and harne
   against it (= Σ phase CPU / (cores × E2E));
 - the 1→N speed-up of E2E and of the raw loop, and their ratio.
 
-Each launch is followed at once by its raw loop, on the CPUs the launch got, for either tool: the
-ratio, (E2E at N / raw at N) / (E2E at 1 / raw at 1), then divides measurements taken a launch
-apart, so that drift slower than a launch cancels within each pair instead of entering the ratio
-whole (faster drift does not); the levels take turns going first from one round to the next.
+Each launch and its raw loop run back to back, on the same CPUs, for either tool: the ratio,
+(E2E at N / raw at N) / (E2E at 1 / raw at 1), then divides measurements taken a launch apart, so
+that drift slower than a launch cancels within each pair instead of entering the ratio whole
+(faster drift does not). The levels take turns going first from one round to the next, and every
+other pair of rounds runs each raw loop before its launch (on the CPUs that level's launches got
+before), so that whatever favours the first or the second of a pair (the host slowing under a
+long stretch of load, say) does not always favour E2E.
 
 ``--rounds K`` runs the whole set K times, one round after another (a round: every launch and raw
 loop once), and prints each figure's geometric mean over the rounds. The ratio is formed within each
@@ -111,16 +114,22 @@ MOST_REPS = 60  # a window's cap on repetitions or passes per launch
 
 
 def launch_and_raw(app: str, tool: str, cores: int, config: dict, dataset: Path, tmp: Path, reps: int,
-                   passes: int) -> tuple[dict, dict]:
+                   passes: int, raw_first_on: list[int] | None = None) -> tuple[dict, dict]:
     """One launch on BM/cores/PIN with ``reps`` counted repetitions, then at once its raw loop of
-    ``passes`` on the CPUs the harness got (the pair shares the host's speed of the minute)."""
+    ``passes`` on the CPUs the harness got (the pair shares the host's speed of the minute); with
+    ``raw_first_on``, the raw loop first, on those CPUs, and the launch must get the same."""
     settings = config["apps"][app]
+    raw = None if raw_first_on is None else fresh_raw_loop(app, settings, dataset, raw_first_on, passes)
     spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/CPU", reps, tool=tool, dlbs=config["dlbs"])
     out = tmp / f"{tool}-{app}-{cores}"
     result = run_job(spec, out / "run.json", out / "loadgen")
     e2e = measured(result, cores)
     e2e["rep_s"] = statistics.mean(r.e2e_s for r in result.runs)
-    return e2e, fresh_raw_loop(app, settings, dataset, e2e["cpus"], passes)
+    if raw is None:
+        return e2e, fresh_raw_loop(app, settings, dataset, e2e["cpus"], passes)
+    if sorted(e2e["cpus"]) != sorted(raw_first_on):
+        raise RuntimeError(f"{app} {tool} BM/{cores}/PIN got CPUs {e2e['cpus']}, its raw loop ran on {raw_first_on}")
+    return e2e, raw
 
 
 def sized(apps: list[str], tools: list[str], cores: int, config: dict, datasets: dict[str, Path], tmp: Path,
@@ -141,10 +150,11 @@ def sized(apps: list[str], tools: list[str], cores: int, config: dict, datasets:
 
 
 def one_round(apps: list[str], tools: list[str], levels: list[int], config: dict, datasets: dict[str, Path],
-              tmp: Path, counts: dict[tuple[str, str], tuple[int, int]]
-              ) -> dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]:
+              tmp: Path, counts: dict[tuple[str, str], tuple[int, int]], cpus_seen: dict[int, list[int]],
+              raw_first: bool) -> dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]:
     """Every app and tool at every level once, in the order ``levels`` gives, each launch followed by
-    its raw loop: (E2E per level, raw loop per level) per (app, tool)."""
+    its raw loop, or with ``raw_first`` preceded by it on the CPUs ``cpus_seen`` holds for its level
+    (each launch's CPUs are put there): (E2E per level, raw loop per level) per (app, tool)."""
     rows: dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]] = {}
     for app in apps:
         for tool in tools:
@@ -152,7 +162,8 @@ def one_round(apps: list[str], tools: list[str], levels: list[int], config: dict
             raw: dict[int, dict] = {}
             for cores in levels:
                 e2e[cores], raw[cores] = launch_and_raw(app, tool, cores, config, datasets[app], tmp,
-                                                        *counts[(app, tool)])
+                                                        *counts[(app, tool)], cpus_seen[cores] if raw_first else None)
+                cpus_seen[cores] = e2e[cores]["cpus"]
             rows[(app, tool)] = (e2e, raw)
     return rows
 
@@ -180,9 +191,11 @@ def main() -> None:
         for app in apps:
             app_class(app).prepare_dataset(datasets[app], config["apps"][app])
         counts = sized(apps, tools, high, config, datasets, Path(tmp), args.window, args.reps, args.passes)
+        cpus_seen: dict[int, list[int]] = {}
         for index in range(args.rounds):
             order = levels if index % 2 == 0 else levels[::-1]  # neither level always first
-            rounds.append(one_round(apps, tools, order, config, datasets, Path(tmp), counts))
+            raw_first = index // 2 % 2 == 1  # rounds 0, 1 launch first; 2, 3 raw first; ...
+            rounds.append(one_round(apps, tools, order, config, datasets, Path(tmp), counts, cpus_seen, raw_first))
     node = node_identity()
     sizing = (f"sized to span {args.window:g} s at {high} cores (at least {args.reps} and {args.passes})"
               if args.window > 0 else "fixed")
@@ -190,7 +203,8 @@ def main() -> None:
           f"{datetime.now(UTC):%Y-%m-%d}; default study's workloads; 1 warm-up + counted reps per launch, raw loop "
           f"passes after 1, {sizing}: "
           + ", ".join(f"{a} {t} {r}/{p}" for (a, t), (r, p) in counts.items())
-          + f"; {args.rounds} round(s); {time.perf_counter() - started:.0f} s")
+          + f"; {args.rounds} round(s), launch first in rounds 1-2, 5-6, ..., raw loop first in 3-4, 7-8, ...; "
+          f"{time.perf_counter() - started:.0f} s")
     print("rates in samples/s (geometric means over the rounds); limit = cores / (phase CPU-s per sample); "
           "eff = E2E rate / limit; speed-up = rate at N / rate at 1; ratio = E2E's speed-up / the raw loop's, "
           f"with its 90 % interval over the rounds and whether it is ≥ {SPEED_UP_GOAL}; eff N likewise against "
