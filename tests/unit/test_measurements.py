@@ -99,10 +99,11 @@ def test_a_prefetch_asks_the_whole_file_into_the_page_cache(tmp_path):
     os.close(fd)
     size = path.stat().st_size
     assert pagecache.Prefetch(path).finish()["bytes"] == size
-    # Readahead is advice: the kernel reads in the background and, short of free memory, skips
-    # pages rather than reclaim for them (a CI run under the full suite got 127 of 10,241 pages
-    # short). One call for the whole file reads 8 MiB of these 40 here, so 90 % still tells asking
-    # for every piece from asking once.
+    # Readahead is advice: the kernel reads in the background, and short of free memory it gives up
+    # on pages (it allocates them without retrying reclaim) or drops them again before they are
+    # counted (a CI run under the full suite found 127 of 10,241 pages missing). One call for the
+    # whole file reads 8 MiB of these 40 here, so 90 % still tells asking for every piece from
+    # asking once.
     wanted = 0.9 * size
     deadline = time.monotonic() + 20
     while resident_bytes(path) < size and time.monotonic() < deadline:
