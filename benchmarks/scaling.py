@@ -19,8 +19,8 @@ Each launch and its raw loop run back to back, on the same CPUs, for either tool
 (E2E at N / raw at N) / (E2E at 1 / raw at 1), then divides measurements taken a launch apart, so
 that drift slower than a launch cancels within each pair instead of entering the ratio whole
 (faster drift does not). The levels take turns going first from one round to the next, and every
-other pair of rounds runs each raw loop before its launch (on the CPUs that level's launches got
-before), so that whatever favours the first or the second of a pair (the host slowing under a
+other pair of rounds runs each raw loop before its launch (on the CPUs that app, tool and level's
+launches got before), so that whatever favours the first or the second of a pair (the host slowing under a
 long stretch of load, say) does not always favour E2E.
 
 ``--rounds K`` runs the whole set K times, one round after another (a round: every launch and raw
@@ -150,11 +150,12 @@ def sized(apps: list[str], tools: list[str], cores: int, config: dict, datasets:
 
 
 def one_round(apps: list[str], tools: list[str], levels: list[int], config: dict, datasets: dict[str, Path],
-              tmp: Path, counts: dict[tuple[str, str], tuple[int, int]], cpus_seen: dict[int, list[int]],
-              raw_first: bool) -> dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]:
+              tmp: Path, counts: dict[tuple[str, str], tuple[int, int]],
+              cpus_seen: dict[tuple[str, str, int], list[int]], raw_first: bool
+              ) -> dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]:
     """Every app and tool at every level once, in the order ``levels`` gives, each launch followed by
-    its raw loop, or with ``raw_first`` preceded by it on the CPUs ``cpus_seen`` holds for its level
-    (each launch's CPUs are put there): (E2E per level, raw loop per level) per (app, tool)."""
+    its raw loop, or with ``raw_first`` preceded by it on the CPUs ``cpus_seen`` holds for its app,
+    tool and level (each launch's CPUs are put there): (E2E per level, raw loop per level) per (app, tool)."""
     rows: dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]] = {}
     for app in apps:
         for tool in tools:
@@ -162,8 +163,9 @@ def one_round(apps: list[str], tools: list[str], levels: list[int], config: dict
             raw: dict[int, dict] = {}
             for cores in levels:
                 e2e[cores], raw[cores] = launch_and_raw(app, tool, cores, config, datasets[app], tmp,
-                                                        *counts[(app, tool)], cpus_seen[cores] if raw_first else None)
-                cpus_seen[cores] = e2e[cores]["cpus"]
+                                                        *counts[(app, tool)],
+                                                        cpus_seen[(app, tool, cores)] if raw_first else None)
+                cpus_seen[(app, tool, cores)] = e2e[cores]["cpus"]
             rows[(app, tool)] = (e2e, raw)
     return rows
 
@@ -191,7 +193,7 @@ def main() -> None:
         for app in apps:
             app_class(app).prepare_dataset(datasets[app], config["apps"][app])
         counts = sized(apps, tools, high, config, datasets, Path(tmp), args.window, args.reps, args.passes)
-        cpus_seen: dict[int, list[int]] = {}
+        cpus_seen: dict[tuple[str, str, int], list[int]] = {}
         for index in range(args.rounds):
             order = levels if index % 2 == 0 else levels[::-1]  # neither level always first
             raw_first = index // 2 % 2 == 1  # rounds 0, 1 launch first; 2, 3 raw first; ...
