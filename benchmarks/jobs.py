@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import itertools
 import multiprocessing
 import os
 import statistics
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -61,36 +63,67 @@ def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: 
         "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor}})
 
 
-def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], passes: int) -> dict[str, Any]:
-    """(In a fresh process: ``fresh_raw_loop``.) Pin to ``cpus`` before the framework starts, build the model with the
-    framework's default threads, pre-process every sample into memory, time ``passes`` passes of
-    ``infer`` over its batches after one untimed pass; samples/s per pass, their mean and the best,
-    and a pass's mean seconds."""
-    os.sched_setaffinity(0, cpus)
-    from dlvirt.run.harness import plan_threads
-    from dlvirt.system import observe
+class RawLoop:
+    """The framework's own loop, built in the calling process: pinned to ``cpus`` before the
+    framework starts, the model built with the framework's default threads, every sample
+    pre-processed into memory. ``timed_pass(samples)`` runs ``infer`` over that many samples in the
+    app's batches (the whole dataset by default, from its first batch round again)."""
 
-    # the granted plan's OpenMP spin count and allocator too, so that the loop is as strong as the harness
-    inline = getattr(app_class(app), "preprocess_on_framework_threads", False)
-    plan_threads("granted", observe.observe(), None, inline).apply()
-    plan = plan_threads("framework-default", observe.observe())
-    model = app_class(app)(settings, Path(dataset), "CPU", plan)
-    model.load_model()
-    inputs = [model.preprocess(i) for i in range(model.sample_count())]
-    size = settings["batch_size"]
-    batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
-    rates, cpu_s, wall_s = [], 0.0, 0.0
-    for n in range(passes + 1):
+    def __init__(self, app: str, settings: dict[str, Any], dataset: str, cpus: list[int]) -> None:
+        os.sched_setaffinity(0, cpus)
+        from dlvirt.run.harness import plan_threads
+        from dlvirt.system import observe
+
+        # the granted plan's OpenMP spin count and allocator too, so that the loop is as strong as the harness
+        inline = getattr(app_class(app), "preprocess_on_framework_threads", False)
+        plan_threads("granted", observe.observe(), None, inline).apply()
+        plan = plan_threads("framework-default", observe.observe())
+        self.model = app_class(app)(settings, Path(dataset), "CPU", plan)
+        self.model.load_model()
+        inputs = [self.model.preprocess(i) for i in range(self.model.sample_count())]
+        size = settings["batch_size"]
+        self.batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+        self.samples = len(inputs)
+        self.intra_op = self.model.framework_threads().get("intra_op")
+
+    def timed_pass(self, samples: int | None = None) -> tuple[float, float]:
+        """(wall seconds, CPU seconds) of one pass over ``samples`` (None: the dataset once)."""
+        left = self.samples if samples is None else samples
         cpu, start = time.process_time(), time.perf_counter()
-        for batch in batches:
-            model.infer(batch)
-        elapsed = time.perf_counter() - start
-        if n:  # the first pass warms up, as the harness's warm-up repetition does
-            rates.append(len(inputs) / elapsed)
-            cpu_s += time.process_time() - cpu
-            wall_s += elapsed
+        for batch in itertools.cycle(self.batches):
+            if left <= 0:
+                break
+            self.model.infer(batch[:left])
+            left -= len(batch[:left])
+        return time.perf_counter() - start, time.process_time() - cpu
+
+
+def raw_loop(app: str, settings: dict[str, Any], dataset: str, cpus: list[int], passes: int) -> dict[str, Any]:
+    """(In a fresh process: ``fresh_raw_loop``.) ``RawLoop`` on ``cpus``: ``passes`` timed passes over
+    the dataset after one untimed pass; samples/s per pass, their mean and the best, and a pass's mean seconds."""
+    loop = RawLoop(app, settings, dataset, cpus)
+    loop.timed_pass()  # warms up, as the harness's warm-up repetition does
+    rates, cpu_s, wall_s = [], 0.0, 0.0
+    for _ in range(passes):
+        wall, cpu = loop.timed_pass()
+        rates.append(loop.samples / wall)
+        cpu_s += cpu
+        wall_s += wall
     return {"rate": statistics.mean(rates), "best": max(rates), "rates": rates, "cpu_per_wall": cpu_s / wall_s,
-            "pass_s": wall_s / passes, "intra_op": model.framework_threads().get("intra_op")}
+            "pass_s": wall_s / passes, "intra_op": loop.intra_op}
+
+
+def raw_turns(connection: Connection, app: str, settings: dict[str, Any], dataset: str, cpus: list[int],
+              samples: int) -> None:
+    """(A process's target.) ``RawLoop`` on ``cpus``, one untimed pass, then ``connection``'s
+    sends: its framework's intra-op threads once, and for every request (anything but None) one
+    timed pass over ``samples`` as (samples/s, CPU seconds per wall second); None ends it."""
+    loop = RawLoop(app, settings, dataset, cpus)
+    loop.timed_pass(samples)
+    connection.send(loop.intra_op)
+    while connection.recv() is not None:
+        wall, cpu = loop.timed_pass(samples)
+        connection.send((samples / wall, cpu / wall))
 
 
 def fresh_raw_loop(app: str, settings: dict[str, Any], dataset: Path, cpus: list[int], passes: int) -> dict[str, Any]:

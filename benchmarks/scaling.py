@@ -15,54 +15,53 @@ repetitions sized below, per launch; every job through the real runner and harne
   against it (= Σ phase CPU / (cores × E2E));
 - the 1→N speed-up of E2E and of the raw loop, and their ratio.
 
-Each launch and its raw loop run back to back, on the same CPUs, for either tool: the ratio,
-(E2E at N / raw at N) / (E2E at 1 / raw at 1), then divides measurements taken a launch apart, so
-that drift slower than a launch cancels within each pair instead of entering the ratio whole
-(faster drift does not). The levels take turns going first from one round to the next, and every
-other pair of rounds runs each raw loop before its launch (on the CPUs that app, tool and level's
-launches got before), so that whatever favours the first or the second of a pair (the host slowing under a
-long stretch of load, say) does not always favour E2E.
+Each launch takes turns with its raw loop (dlvirt.run.turns): the raw loop runs in a process of
+its own on the CPUs the harness got, and times one pass (as many samples as a repetition) before
+every repetition and after the last, while the harness waits, blocked. Each counted repetition is
+read against the two passes around it, run within seconds of it: on a cloud guest whose vCPUs run
+at about half speed for 2-30 s at a time (measured on a 2-core KVM guest: ~40 % of the time per
+vCPU, rarely both at once; a neighbour on the physical core is the likely cause, not proven;
+docs/measurement.md, "The host's speed"), a repetition and the passes around it share most of
+that, where a launch and a raw loop run one after the other did not. (Measured here, SR's raw
+loop on one core: the log ratio of two passes back to back spreads 0.10, of two passes 8 s apart
+0.14, against 0.13 per pass.) A level's figure is the geometric mean over its counted repetitions
+of E2E's rate over the mean (geometric) of the passes around it; the ratio, that figure at N over
+that at 1. The passes sit before and after each repetition alike, so neither gains from going
+first. E2E, inference-stage and raw-loop rates are geometric means over a launch's counted
+repetitions and timed passes; efficiency, their mean.
 
-``--rounds K`` runs the whole set K times, one round after another (a round: every launch and raw
-loop once), and prints each figure's geometric mean over the rounds. The ratio is formed within each
-round, and its 90 % t-interval over the rounds (log scale, K − 1 df) says whether the goal (≥ 0.95)
-is met, missed or undecided, as does eff N's against 0.9: on a host whose speed wanders by ±20 %
-from one minute to the next, one round's ratio decides nothing. Each row is decided on its own at
-5 % (one-sided), not corrected for the 8 rows: with every row truly at the goal, one of them
-may read met or missed by chance.
-Deciding that *every* row meets the goal needs no correction: all rows must read met, each at 5 %,
-so with any one row truly below the goal the run reads "all met" with at most 5 % (the
-intersection-union test).
-The last lines give each round's ratio, so that several runs can be pooled: a row read met in
-one run of several is not decided by them all.
+``--rounds K`` runs the whole set K times, one round after another (a round: every launch once,
+the levels taking turns going first from one round to the next), and prints each figure's
+geometric mean over the rounds. The ratio is formed within each round, and its 90 % t-interval
+over the rounds (log scale, K − 1 df) says whether the goal (≥ 0.95) is met, missed or
+undecided, as does eff N's against 0.9. Each row is decided on its own at 5 % (one-sided), not
+corrected for the 8 rows: with every row truly at the goal, one of them may read met or missed by
+chance. Deciding that *every* row meets the goal needs no correction: all rows must read met,
+each at 5 %, so with any one row truly below the goal the run reads "all met" with at most 5 %
+(the intersection-union test). The last lines give each round's ratio, so that several runs can be
+pooled: a row read met in one run of several is not decided by them all.
 
-Each launch and raw loop is timed by its fastest repetition or pass (on a shared host, the one other
-tenants slowed least). A cloud guest's vCPU can run at about half speed for 2-30 s at a time
-(measured on a 2-core KVM guest: ~40 % of the time per vCPU, rarely both at once, so a 2-core job
-is slowed more often than a 1-core one; a neighbour on the physical core is the likely cause, not
-proven; docs/measurement.md, "The host's speed"); a fastest-of-two over
-a second or two then often holds only slow repetitions, and the ratio's spread over rounds follows
-from which of the four measurements happened to run slow. ``--window S`` therefore sizes each app
-and tool's counted repetitions and raw passes so that they span about S seconds at N cores
-(assuming N times the 1-core speed; never fewer than ``--reps`` / ``--passes``, at most 60), from
-a pilot launch and raw loop at 1 core with one of each before the first round; ``--window 0`` keeps
-the fixed counts. A launch's repetitions and its raw loop's passes can then differ in number (a
-DLBS repetition times a few batches, a raw pass the whole dataset), and the fastest of more draws
-reads a little faster: the same counts at both levels cancel that in the ratio, not in E2E against
-the raw loop at one level.
+``--window S`` sizes each app and tool's counted repetitions so that they span about S seconds at
+N cores (assuming N times the 1-core speed; never fewer than ``--reps``, at most 60), from a pilot
+launch at 1 core with one counted repetition before the first round; ``--window 0`` keeps
+``--reps``. Every repetition brings a raw pass of the same samples, so a launch takes about twice
+its repetitions' time.
 
     python benchmarks/scaling.py [--cores N] [--apps ic,nlp,sr,rs] [--tools mlperf,dlbs] [--rounds 1]
-                                 [--reps 2] [--passes 2] [--window 8]
+                                 [--reps 2] [--window 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,21 +72,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dlvirt.apps import app_class  # noqa: E402
 from dlvirt.core.records import JobResult  # noqa: E402
 from dlvirt.run.runner import run_job  # noqa: E402
+from dlvirt.run.tools import tool_class  # noqa: E402
+from dlvirt.run.turns import TurnListener  # noqa: E402
 from dlvirt.system.hostinfo import node_identity  # noqa: E402
 
-from jobs import fresh_raw_loop, job_spec, study_config  # noqa: E402 - benchmarks/jobs.py: the default study's settings
+from jobs import job_spec, raw_turns, study_config  # noqa: E402 - benchmarks/jobs.py: the default study's settings
 
 
-def measured(result: JobResult, cores: int) -> dict:
-    """The fastest counted repetition (on a shared machine the one other processes slowed least;
-    ``others_cpu_s`` says how much they took): E2E rate, inference-stage rate, Σ phase CPU per
-    sample, the CPU-bound limit and E2E's efficiency against it."""
-    best = min(result.runs, key=lambda r: r.e2e_s)
-    cpu = sum(best.phases.get(k) or 0.0 for k in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s"))
-    return {"e2e_s": best.e2e_s, "rate": best.samples / best.e2e_s,
-            "infer_rate": best.samples / best.phases["infer_s"] if best.phases.get("infer_s") else None,
-            "limit": cores / (cpu / best.samples), "efficiency": cpu / (cores * best.e2e_s),
-            "others": best.telemetry.get("others_cpu_s"), "cpus": best.observed["affinity"]}
+def geometric_mean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def measured(result: JobResult, cores: int, passes: dict[int | None, tuple[float, float]]) -> dict:
+    """A launch that took turns with its raw loop (``passes``: samples/s and CPU per wall second of
+    the pass before each repetition, None: after the last), over its counted repetitions: E2E,
+    inference-stage and raw-loop rates, E2E against the passes around each repetition (``paired``),
+    Σ phase CPU per sample, the CPU-bound limit, E2E's efficiency against it and the most CPU
+    seconds other processes took in a repetition."""
+    rates, paired, cpu_per_sample, efficiency, infer = [], [], [], [], []
+    for run in result.runs:
+        cpu = sum(run.phases.get(k) or 0.0 for k in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s"))
+        around = [passes[run.repetition][0], passes.get(run.repetition + 1, passes[None])[0]]
+        rates.append(run.samples / run.e2e_s)
+        paired.append(rates[-1] / geometric_mean(around))
+        cpu_per_sample.append(cpu / run.samples)
+        efficiency.append(cpu / (cores * run.e2e_s))
+        if run.phases.get("infer_s"):
+            infer.append(run.samples / run.phases["infer_s"])
+    raw = [rate for rate, _ in passes.values()]
+    return {"rate": geometric_mean(rates), "paired": geometric_mean(paired),
+            "infer_rate": geometric_mean(infer) if infer else None, "raw": geometric_mean(raw),
+            "raw_cpu_per_wall": statistics.mean(share for _, share in passes.values()),
+            "limit": cores / statistics.mean(cpu_per_sample), "efficiency": statistics.mean(efficiency),
+            "rep_s": statistics.mean(r.e2e_s for r in result.runs),
+            "others": max(r.telemetry.get("others_cpu_s") or 0.0 for r in result.runs),
+            "cpus": result.runs[0].observed["affinity"]}
 
 
 SPEED_UP_GOAL = 0.95   # issue 20: E2E's 1→N speed-up ≥ 0.95 × the raw loop's
@@ -110,64 +129,82 @@ def across_rounds(values: list[float], goal: float) -> tuple[float, float, float
     return centre, low, high, "met" if low >= goal else "missed" if high < goal else "undecided"
 
 
-MOST_REPS = 60  # a window's cap on repetitions or passes per launch
+MOST_REPS = 60  # a window's cap on counted repetitions per launch
 
 
-def launch_and_raw(app: str, tool: str, cores: int, config: dict, dataset: Path, tmp: Path, reps: int,
-                   passes: int, raw_first_on: list[int] | None = None) -> tuple[dict, dict]:
-    """One launch on BM/cores/PIN with ``reps`` counted repetitions, then at once its raw loop of
-    ``passes`` on the CPUs the harness got (the pair shares the host's speed of the minute); with
-    ``raw_first_on``, the raw loop first, on those CPUs, and the launch must get the same."""
+def launch_in_turns(app: str, tool: str, cores: int, config: dict, dataset: Path, tmp: Path, reps: int) -> dict:
+    """One launch on BM/cores/PIN with ``reps`` counted repetitions, taking turns with the framework's
+    raw loop (``jobs.raw_turns``, in a fresh process on the CPUs the harness holds): ``measured``."""
     settings = config["apps"][app]
-    raw = None if raw_first_on is None else fresh_raw_loop(app, settings, dataset, raw_first_on, passes)
-    spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/CPU", reps, tool=tool, dlbs=config["dlbs"])
+    samples = tool_class(tool).samples_per_repetition(config, app)
     out = tmp / f"{tool}-{app}-{cores}"
-    result = run_job(spec, out / "run.json", out / "loadgen")
-    e2e = measured(result, cores)
-    e2e["rep_s"] = statistics.mean(r.e2e_s for r in result.runs)
-    if raw is None:
-        return e2e, fresh_raw_loop(app, settings, dataset, e2e["cpus"], passes)
-    if sorted(e2e["cpus"]) != sorted(raw_first_on):
-        raise RuntimeError(f"{app} {tool} BM/{cores}/PIN got CPUs {e2e['cpus']}, its raw loop ran on {raw_first_on}")
-    return e2e, raw
+    socket_path = tmp / f"turns-{tool}-{app}-{cores}"
+    spec = dataclasses.replace(job_spec(app, settings, dataset, f"BM/{cores}/PIN/CPU", reps, tool=tool,
+                                        dlbs=config["dlbs"]), turns=str(socket_path))
+    passes: dict[int | None, tuple[float, float]] = {}
+    intra_op: list[int | None] = []  # the raw loop's framework threads, once it is built
+    failed: list[BaseException] = []
+    launched = threading.Event()
+
+    def take_turns(listener: TurnListener) -> None:
+        context = multiprocessing.get_context("spawn")
+        here, there = context.Pipe()
+        worker, cpus = None, None
+        try:
+            for turn in listener.turns(lambda: not launched.is_set()):
+                if worker is None:
+                    cpus = turn["cpus"]
+                    worker = context.Process(target=raw_turns, args=(there, app, settings, str(dataset), cpus, samples))
+                    worker.start()
+                    intra_op.append(here.recv())  # the loop is built and warm
+                elif turn["cpus"] != cpus:
+                    raise RuntimeError(f"the harness moved from CPUs {cpus} to {turn['cpus']}")
+                here.send(True)
+                passes[turn["next"]] = here.recv()
+        except BaseException as error:  # noqa: BLE001 - raised again in the launch's thread
+            failed.append(error)
+        finally:
+            if worker is not None:
+                if worker.is_alive():
+                    here.send(None)
+                worker.join(30)
+                worker.kill()
+
+    with TurnListener(socket_path) as listener:
+        thread = threading.Thread(target=take_turns, args=(listener,))
+        thread.start()
+        try:
+            result = run_job(spec, out / "run.json", out / "loadgen")
+        finally:
+            launched.set()
+            thread.join()
+    if failed:
+        raise RuntimeError(f"{app} {tool} BM/{cores}/PIN: the raw loop's turns failed") from failed[0]
+    return {**measured(result, cores, passes), "intra_op": intra_op[0]}
 
 
 def sized(apps: list[str], tools: list[str], cores: int, config: dict, datasets: dict[str, Path], tmp: Path,
-          window_s: float, reps: int, passes: int) -> dict[tuple[str, str], tuple[int, int]]:
-    """Counted repetitions and raw passes per (app, tool) spanning ``window_s`` at ``cores`` cores,
-    from a pilot at 1 core (assuming they run ``cores`` times faster there; never fewer than
-    ``reps`` / ``passes``)."""
+          window_s: float, reps: int) -> dict[tuple[str, str], int]:
+    """Counted repetitions per (app, tool) spanning ``window_s`` at ``cores`` cores, from a pilot at 1
+    core (assuming they run ``cores`` times faster there; never fewer than ``reps``)."""
     counts = {}
     for app in apps:
         for tool in tools:
             if window_s <= 0:
-                counts[(app, tool)] = (reps, passes)
+                counts[(app, tool)] = reps
                 continue
-            e2e, raw = launch_and_raw(app, tool, 1, config, datasets[app], tmp, 1, 1)
-            counts[(app, tool)] = tuple(min(MOST_REPS, max(least, math.ceil(window_s * cores / seconds)))
-                                        for least, seconds in ((reps, e2e["rep_s"]), (passes, raw["pass_s"])))
+            pilot = launch_in_turns(app, tool, 1, config, datasets[app], tmp, 1)
+            counts[(app, tool)] = min(MOST_REPS, max(reps, math.ceil(window_s * cores / pilot["rep_s"])))
     return counts
 
 
 def one_round(apps: list[str], tools: list[str], levels: list[int], config: dict, datasets: dict[str, Path],
-              tmp: Path, counts: dict[tuple[str, str], tuple[int, int]],
-              cpus_seen: dict[tuple[str, str, int], list[int]], raw_first: bool
-              ) -> dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]:
-    """Every app and tool at every level once, in the order ``levels`` gives, each launch followed by
-    its raw loop, or with ``raw_first`` preceded by it on the CPUs ``cpus_seen`` holds for its app,
-    tool and level (each launch's CPUs are put there): (E2E per level, raw loop per level) per (app, tool)."""
-    rows: dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]] = {}
-    for app in apps:
-        for tool in tools:
-            e2e: dict[int, dict] = {}
-            raw: dict[int, dict] = {}
-            for cores in levels:
-                e2e[cores], raw[cores] = launch_and_raw(app, tool, cores, config, datasets[app], tmp,
-                                                        *counts[(app, tool)],
-                                                        cpus_seen[(app, tool, cores)] if raw_first else None)
-                cpus_seen[(app, tool, cores)] = e2e[cores]["cpus"]
-            rows[(app, tool)] = (e2e, raw)
-    return rows
+              tmp: Path, counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], dict[int, dict]]:
+    """Every app and tool at every level once, in the order ``levels`` gives: each launch's
+    ``measured`` per level, per (app, tool)."""
+    return {(app, tool): {cores: launch_in_turns(app, tool, cores, config, datasets[app], tmp, counts[(app, tool)])
+                          for cores in levels}
+            for app in apps for tool in tools}
 
 
 def main() -> None:
@@ -176,9 +213,8 @@ def main() -> None:
     parser.add_argument("--apps", default="ic,nlp,sr,rs")
     parser.add_argument("--tools", default="mlperf,dlbs")
     parser.add_argument("--reps", type=int, default=2, help="counted repetitions per launch (at least)")
-    parser.add_argument("--passes", type=int, default=2, help="timed passes of the raw loop (at least)")
     parser.add_argument("--window", type=float, default=8.0,
-                        help="seconds the counted repetitions and the raw passes span at N cores (0: fixed counts)")
+                        help="seconds the counted repetitions span at N cores (0: --reps of them)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="times the whole set is run, one after another (each figure: the geometric mean)")
     args = parser.parse_args()
@@ -186,67 +222,59 @@ def main() -> None:
     apps, tools = args.apps.split(","), args.tools.split(",")
     levels = sorted({1, args.cores})
     low, high = levels[0], levels[-1]
-    rounds: list[dict[tuple[str, str], tuple[dict[int, dict], dict[int, dict]]]] = []
+    rounds: list[dict[tuple[str, str], dict[int, dict]]] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dlvirt-scaling-") as tmp:
         datasets = {app: Path(tmp) / "datasets" / app for app in apps}
         for app in apps:
             app_class(app).prepare_dataset(datasets[app], config["apps"][app])
-        counts = sized(apps, tools, high, config, datasets, Path(tmp), args.window, args.reps, args.passes)
-        cpus_seen: dict[tuple[str, str, int], list[int]] = {}
+        counts = sized(apps, tools, high, config, datasets, Path(tmp), args.window, args.reps)
         for index in range(args.rounds):
             order = levels if index % 2 == 0 else levels[::-1]  # neither level always first
-            raw_first = index // 2 % 2 == 1  # rounds 0, 1 launch first; 2, 3 raw first; ...
-            rounds.append(one_round(apps, tools, order, config, datasets, Path(tmp), counts, cpus_seen, raw_first))
+            rounds.append(one_round(apps, tools, order, config, datasets, Path(tmp), counts))
     node = node_identity()
-    sizing = (f"sized to span {args.window:g} s at {high} cores (at least {args.reps} and {args.passes})"
+    sizing = (f"sized to span {args.window:g} s at {high} cores (at least {args.reps})"
               if args.window > 0 else "fixed")
     print(f"BM/N/PIN/CPU, N = {low} and {high}; {node['cpu_model']} ({node['logical_cpus_online']} CPUs); "
-          f"{datetime.now(UTC):%Y-%m-%d}; default study's workloads; 1 warm-up + counted reps per launch, raw loop "
-          f"passes after 1, {sizing}: "
-          + ", ".join(f"{a} {t} {r}/{p}" for (a, t), (r, p) in counts.items())
-          + f"; {args.rounds} round(s), launch first in rounds 1-2, 5-6, ..., raw loop first in 3-4, 7-8, ...; "
+          f"{datetime.now(UTC):%Y-%m-%d}; default study's workloads; 1 warm-up + counted reps per launch, {sizing}: "
+          + ", ".join(f"{a} {t} {n}" for (a, t), n in counts.items())
+          + f"; a raw-loop pass before every repetition and after the last; {args.rounds} round(s); "
           f"{time.perf_counter() - started:.0f} s")
-    print("rates in samples/s (geometric means over the rounds); limit = cores / (phase CPU-s per sample); "
-          "eff = E2E rate / limit; speed-up = rate at N / rate at 1; ratio = E2E's speed-up / the raw loop's, "
-          f"with its 90 % interval over the rounds and whether it is ≥ {SPEED_UP_GOAL}; eff N likewise against "
-          f"{EFFICIENCY_GOAL}; oth = CPU-s other processes took during the repetition (largest)")
+    print("rates in samples/s (geometric means over repetitions or passes, then over the rounds); limit = cores / "
+          "(phase CPU-s per sample); eff = Σ phase CPU / (cores × E2E); speed-up = rate at N / rate at 1; "
+          "ratio = E2E's speed-up / the raw loop's, read per repetition against the passes around it, with its "
+          f"90 % interval over the rounds and whether it is ≥ {SPEED_UP_GOAL}; eff N likewise against "
+          f"{EFFICIENCY_GOAL}; oth = CPU-s other processes took during a repetition (largest)")
     print(f"{'app':4s} {'tool':6s} {'E2E 1':>7s} {'E2E N':>7s} {'inf 1':>7s} {'inf N':>7s} {'raw 1':>7s} "
           f"{'raw N':>7s} {'lim 1':>7s} {'lim N':>7s} {'eff 1':>6s} {'eff N':>6s} {'E2E x':>6s} {'raw x':>6s} "
           f"{'ratio':>6s} {'90 % interval':>13s} {'ratio goal':>10s} {'eff N goal':>10s} {'oth 1':>5s} {'oth N':>5s}")
-
-    def mean(values: list[float]) -> float:
-        return float(np.exp(np.mean(np.log(values))))
-
     per_round: dict[str, list[float]] = {}
     for app in apps:
         for tool in tools:
             runs = [r[(app, tool)] for r in rounds]
 
-            def e2e(key: str, cores: int, runs: list = runs) -> float:
-                return mean([e[cores][key] for e, _ in runs])
+            def over_rounds(key: str, cores: int, runs: list = runs) -> float:
+                return geometric_mean([run[cores][key] for run in runs])
 
-            def raw(cores: int, runs: list = runs) -> float:
-                return mean([r[cores]["best"] for _, r in runs])
-
-            speed = [e[high]["rate"] / e[low]["rate"] for e, _ in runs]
-            raw_speed = [r[high]["best"] / r[low]["best"] for _, r in runs]
-            ratios = [s / r for s, r in zip(speed, raw_speed, strict=True)]
+            speed = [run[high]["rate"] / run[low]["rate"] for run in runs]
+            raw_speed = [run[high]["raw"] / run[low]["raw"] for run in runs]
+            ratios = [run[high]["paired"] / run[low]["paired"] for run in runs]
             per_round[f"{app} {tool}"] = ratios
             ratio, lo, hi, ratio_goal = across_rounds(ratios, SPEED_UP_GOAL)
-            eff_goal = across_rounds([e[high]["efficiency"] for e, _ in runs], EFFICIENCY_GOAL)[3]
-            inf = [f"{e2e('infer_rate', c):7.2f}" if tool == "mlperf" else f"{'-':>7s}" for c in (low, high)]
-            others = [max(e[c]["others"] or 0.0 for e, _ in runs) for c in (low, high)]
+            eff_goal = across_rounds([run[high]["efficiency"] for run in runs], EFFICIENCY_GOAL)[3]
+            inf = [f"{over_rounds('infer_rate', c):7.2f}" if tool == "mlperf" else f"{'-':>7s}" for c in (low, high)]
+            others = [max(run[c]["others"] for run in runs) for c in (low, high)]
             interval = f"{lo:.2f}-{hi:.2f}" if math.isfinite(lo) else "-"
-            print(f"{app:4s} {tool:6s} {e2e('rate', low):7.2f} {e2e('rate', high):7.2f} {inf[0]} {inf[1]} "
-                  f"{raw(low):7.2f} {raw(high):7.2f} {e2e('limit', low):7.2f} {e2e('limit', high):7.2f} "
-                  f"{e2e('efficiency', low):6.2f} {e2e('efficiency', high):6.2f} {mean(speed):6.2f} "
-                  f"{mean(raw_speed):6.2f} {ratio:6.2f} {interval:>13s} {ratio_goal:>10s} {eff_goal:>10s} "
-                  f"{others[0]:5.1f} {others[1]:5.1f}")
+            print(f"{app:4s} {tool:6s} {over_rounds('rate', low):7.2f} {over_rounds('rate', high):7.2f} {inf[0]} "
+                  f"{inf[1]} {over_rounds('raw', low):7.2f} {over_rounds('raw', high):7.2f} "
+                  f"{over_rounds('limit', low):7.2f} {over_rounds('limit', high):7.2f} "
+                  f"{over_rounds('efficiency', low):6.2f} {over_rounds('efficiency', high):6.2f} "
+                  f"{geometric_mean(speed):6.2f} {geometric_mean(raw_speed):6.2f} {ratio:6.2f} {interval:>13s} "
+                  f"{ratio_goal:>10s} {eff_goal:>10s} {others[0]:5.1f} {others[1]:5.1f}")
     # each round's ratio, so that runs can be pooled (one run decides each row on its own; a row read
     # "met" in one of several runs is not decided by them all)
     print("ratio per round: " + "; ".join(f"{k} " + ",".join(f"{r:.3f}" for r in v) for k, v in per_round.items()))
-    threads = {(app, c): rounds[0][(app, tools[0])][1][c]["intra_op"] for app in apps for c in (low, high)}
+    threads = {(app, c): rounds[0][(app, tools[0])][c]["intra_op"] for app in apps for c in (low, high)}
     print("raw loop threads (framework default): " + ", ".join(f"{a} {c}c {n}" for (a, c), n in threads.items()))
 
 

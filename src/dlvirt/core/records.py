@@ -183,6 +183,9 @@ class JobSpec(Record):
     # the weights resource (the weights rule): the seeded random initialisation the launch loads;
     # None where weights are configured (apps.<app>.weights.path) or a DLBS experimenter brings its model
     weights_file: str | None = None
+    # a Unix socket where the launch takes turns with another process on its CPUs before each
+    # repetition (dlvirt.run.turns; benchmarks/scaling.py); bare metal only. None: it does not
+    turns: str | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,7 @@ class HarnessJob(Record):
     warmup_tolerance: float | None = None
     warmup_share: float = 1.0
     weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256
+    turns: str | None = None  # JobSpec.turns
 
     @classmethod
     def of(cls, spec: JobSpec, dataset_dir: str, run_id: str, weights: dict[str, Any] | None = None) -> HarnessJob:
@@ -218,7 +222,7 @@ class HarnessJob(Record):
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
                    pipeline=spec.pipeline, warmup_max=spec.warmup_max, warmup_tolerance=spec.warmup_tolerance,
-                   warmup_share=spec.warmup_share, weights=weights)
+                   warmup_share=spec.warmup_share, weights=weights, turns=spec.turns)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run.harness import check_framework_threads, plan_threads
 from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
 from dlvirt.run.tools import tool_class
+from dlvirt.run.turns import Turns
 from dlvirt.system import gpu, observe
 from dlvirt.system.hostinfo import package_versions, python_stack
 from dlvirt.system.pagecache import Prefetch
@@ -79,7 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     timer = tool.timer(app, job)
     rep, stopped = 0, None
     spent: dict[int, float] = {}  # each repetition's wall time, all the harness did for it
+    # another process's turns on these CPUs before each repetition and after the last (dlvirt.run.turns);
+    # leaving early closes the socket, which ends the other side's turns too
+    turns = None if job.turns is None else Turns(Path(job.turns))
     while stopped is None:
+        if turns is not None:
+            turns.take(rep)
         # the tool's own warm-up (a Server launch calibrating its rate) counts as a warm-up too
         warming = rep < job.warmup_repetitions or timer.calibrating()
         rep_start = time.perf_counter()
@@ -119,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
         if not warming:
             stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
+    if turns is not None:
+        turns.take(None)
+        turns.close()
     # a counted repetition found to be a warm-up after all (unsteady) counts as one here too
     # the framework's first call (first_call_s) is warm-up time too
     timeline.update(warmup_s=timeline["first_call_s"] + sum(spent[r.repetition] for r in warmups),

@@ -54,6 +54,8 @@ def check_node(cls: type[Platform], spec: JobSpec) -> None:
     if why is None and memory_mib is not None and cls.host_memory_mib(memory_mib) << 20 > memory_bytes():
         why = (f"study.memory of {memory_mib} MiB ({cls.host_memory_mib(memory_mib)} MiB for {scenario.platform}) "
                f"is more than this machine's {memory_bytes() >> 20} MiB")
+    if why is None and spec.turns is not None and cls.kind.virtualised:
+        why = f"turns are taken at a socket on the host ({spec.turns}), which only bare metal's harness reaches"
     if why is not None:
         raise PlatformError(f"{scenario.name} cannot run on {socket.gethostname()}: {why}")
 
