@@ -7,6 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from dlvirt.apps.ic import ImageClassification
 from dlvirt.platforms.base import Expected, PlatformError, VerificationError
 from dlvirt.run.cleanup import dlvirt_cgroups
 from dlvirt.run.runner import run_job
+from dlvirt.run.turns import TurnListener
 from dlvirt.system import allocator, cgroups
 
 pytestmark = pytest.mark.slow  # every test runs real IC jobs (ResNet50)
@@ -59,6 +63,36 @@ def test_study_memory_is_the_cgroup_limit_the_harness_sees_inside(ic_dataset, tm
         assert result.expected["memory_limit_bytes"] == 3072 << 20
         assert result.platform["memory_mib"] == 3072 and "memory limit" in result.platform["memory_mechanism"]
         assert our_cgroups() == []
+
+
+def test_a_launch_takes_turns_outside_its_timed_repetitions(ic_dataset, tmp_path):
+    """JobSpec.turns (benchmarks/scaling.py): before each repetition, the warm-up's too, and after the
+    last, the harness names what comes next and its CPUs, and waits; no repetition's window holds a turn."""
+    path = tmp_path / "turns"
+    turns: list[tuple[dict, float, float]] = []  # each turn, and when it began and ended (Unix time)
+    launched = threading.Event()
+
+    def other_process(listener: TurnListener) -> None:
+        for turn in listener.turns(lambda: not launched.is_set()):
+            began = time.time()
+            time.sleep(0.3)
+            turns.append((turn, began, time.time()))
+
+    with TurnListener(path) as listener:
+        thread = threading.Thread(target=other_process, args=(listener,))
+        thread.start()
+        try:
+            result = run_job(ic_job_spec(ic_dataset, 1, "PIN", repetitions=2, warmup_repetitions=1, turns=str(path)),
+                             tmp_path / "r.json", tmp_path / "lg")
+        finally:
+            launched.set()
+            thread.join()
+    assert [turn["next"] for turn, _, _ in turns] == [0, 1, 2, None]
+    assert all(turn["cpus"] == result.runs[0].observed["affinity"] == CPUS[:1] for turn, _, _ in turns)
+    assert result.spec.turns == str(path)  # the run record says the launch took turns
+    for rep in result.warmups + result.runs:
+        started, finished = (datetime.fromisoformat(t).timestamp() for t in (rep.started_utc, rep.finished_utc))
+        assert turns[rep.repetition][2] <= started and finished <= turns[rep.repetition + 1][1]
 
 
 def test_pin_one_core_sees_exactly_that_core(ic_dataset, tmp_path):

@@ -45,6 +45,8 @@ def check_node(cls: type[Platform], spec: JobSpec) -> None:
     scenario = spec.scenario
     settings = {"allow_emulation": spec.allow_emulation, "platforms": {scenario.platform: spec.platform_settings}}
     why = cls.unavailable_reason(scenario, capabilities(), settings)
+    if spec.turns is not None and cls.kind.virtualised:
+        why = f"turns are taken at a socket on the host ({spec.turns}), which only bare metal's harness reaches"
     slurm = slurm_allocation()
     usable = len(os.sched_getaffinity(0))
     if why is None and slurm is not None and slurm["cpus_on_node"] and usable < slurm["cpus_on_node"]:
@@ -54,8 +56,6 @@ def check_node(cls: type[Platform], spec: JobSpec) -> None:
     if why is None and memory_mib is not None and cls.host_memory_mib(memory_mib) << 20 > memory_bytes():
         why = (f"study.memory of {memory_mib} MiB ({cls.host_memory_mib(memory_mib)} MiB for {scenario.platform}) "
                f"is more than this machine's {memory_bytes() >> 20} MiB")
-    if why is None and spec.turns is not None and cls.kind.virtualised:
-        why = f"turns are taken at a socket on the host ({spec.turns}), which only bare metal's harness reaches"
     if why is not None:
         raise PlatformError(f"{scenario.name} cannot run on {socket.gethostname()}: {why}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -63,7 +63,7 @@ class TurnListener:
         self._server.listen(1)
         self._server.settimeout(0.5)
 
-    def turns(self, launch_alive: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+    def turns(self, launch_alive: Callable[[], bool]) -> Generator[dict[str, Any], None, None]:
         while True:
             try:
                 connection, _ = self._server.accept()
