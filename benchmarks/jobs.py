@@ -117,13 +117,13 @@ def raw_turns(connection: Connection, app: str, settings: dict[str, Any], datase
               samples: int) -> None:
     """(A process's target.) ``RawLoop`` on ``cpus``, one untimed pass, then ``connection``'s
     sends: its framework's intra-op threads once, and for every request (anything but None) one
-    timed pass over ``samples`` as (samples/s, CPU seconds per wall second); None ends it."""
+    timed pass over ``samples`` as samples/s; None ends it."""
     loop = RawLoop(app, settings, dataset, cpus)
     loop.timed_pass(samples)
     connection.send(loop.intra_op)
     while connection.recv() is not None:
-        wall, cpu = loop.timed_pass(samples)
-        connection.send((samples / wall, cpu / wall))
+        wall, _ = loop.timed_pass(samples)
+        connection.send(samples / wall)
 
 
 def fresh_raw_loop(app: str, settings: dict[str, Any], dataset: Path, cpus: list[int], passes: int) -> dict[str, Any]:

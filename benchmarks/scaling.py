@@ -83,26 +83,24 @@ def geometric_mean(values: list[float]) -> float:
     return float(np.exp(np.mean(np.log(values))))
 
 
-def measured(result: JobResult, cores: int, passes: dict[int | None, tuple[float, float]]) -> dict:
-    """A launch that took turns with its raw loop (``passes``: samples/s and CPU per wall second of
-    the pass before each repetition, None: after the last), over its counted repetitions: E2E,
+def measured(result: JobResult, cores: int, passes: dict[int | None, float]) -> dict:
+    """A launch that took turns with its raw loop (``passes``: samples/s of the pass before each
+    repetition, None: after the last), over its counted repetitions: E2E,
     inference-stage and raw-loop rates, E2E against the passes around each repetition (``paired``),
     Σ phase CPU per sample, the CPU-bound limit, E2E's efficiency against it and the most CPU
     seconds other processes took in a repetition."""
     rates, paired, cpu_per_sample, efficiency, infer = [], [], [], [], []
     for run in result.runs:
         cpu = sum(run.phases.get(k) or 0.0 for k in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s"))
-        around = [passes[run.repetition][0], passes.get(run.repetition + 1, passes[None])[0]]
+        around = [passes[run.repetition], passes.get(run.repetition + 1, passes[None])]
         rates.append(run.samples / run.e2e_s)
         paired.append(rates[-1] / geometric_mean(around))
         cpu_per_sample.append(cpu / run.samples)
         efficiency.append(cpu / (cores * run.e2e_s))
         if run.phases.get("infer_s"):
             infer.append(run.samples / run.phases["infer_s"])
-    raw = [rate for rate, _ in passes.values()]
     return {"rate": geometric_mean(rates), "paired": geometric_mean(paired),
-            "infer_rate": geometric_mean(infer) if infer else None, "raw": geometric_mean(raw),
-            "raw_cpu_per_wall": statistics.mean(share for _, share in passes.values()),
+            "infer_rate": geometric_mean(infer) if infer else None, "raw": geometric_mean(list(passes.values())),
             "limit": cores / statistics.mean(cpu_per_sample), "efficiency": statistics.mean(efficiency),
             "rep_s": statistics.mean(r.e2e_s for r in result.runs),
             "others": max(r.telemetry.get("others_cpu_s") or 0.0 for r in result.runs),
@@ -141,7 +139,7 @@ def launch_in_turns(app: str, tool: str, cores: int, config: dict, dataset: Path
     socket_path = tmp / f"turns-{tool}-{app}-{cores}"
     spec = dataclasses.replace(job_spec(app, settings, dataset, f"BM/{cores}/PIN/CPU", reps, tool=tool,
                                         dlbs=config["dlbs"]), turns=str(socket_path))
-    passes: dict[int | None, tuple[float, float]] = {}
+    passes: dict[int | None, float] = {}
     intra_op: list[int | None] = []  # the raw loop's framework threads, once it is built
     failed: list[BaseException] = []
     launched = threading.Event()
