@@ -79,10 +79,6 @@ from dlvirt.system.hostinfo import node_identity  # noqa: E402
 from jobs import job_spec, raw_turns, study_config  # noqa: E402 - benchmarks/jobs.py: the default study's settings
 
 
-def geometric_mean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values))))
-
-
 def measured(result: JobResult, cores: int, passes: dict[int | None, float]) -> dict:
     """A launch that took turns with its raw loop (``passes``: samples/s of the pass before each
     repetition, None: after the last), over its counted repetitions: E2E,
@@ -94,13 +90,14 @@ def measured(result: JobResult, cores: int, passes: dict[int | None, float]) -> 
         cpu = sum(run.phases.get(k) or 0.0 for k in ("pre_cpu_s", "infer_cpu_s", "post_cpu_s"))
         around = [passes[run.repetition], passes.get(run.repetition + 1, passes[None])]
         rates.append(run.samples / run.e2e_s)
-        paired.append(rates[-1] / geometric_mean(around))
+        paired.append(rates[-1] / statistics.geometric_mean(around))
         cpu_per_sample.append(cpu / run.samples)
         efficiency.append(cpu / (cores * run.e2e_s))
         if run.phases.get("infer_s"):
             infer.append(run.samples / run.phases["infer_s"])
-    return {"rate": geometric_mean(rates), "paired": geometric_mean(paired),
-            "infer_rate": geometric_mean(infer) if infer else None, "raw": geometric_mean(list(passes.values())),
+    return {"rate": statistics.geometric_mean(rates), "paired": statistics.geometric_mean(paired),
+            "infer_rate": statistics.geometric_mean(infer) if infer else None,
+            "raw": statistics.geometric_mean(passes.values()),
             "limit": cores / statistics.mean(cpu_per_sample), "efficiency": statistics.mean(efficiency),
             "rep_s": statistics.mean(r.e2e_s for r in result.runs),
             "others": max(r.telemetry.get("others_cpu_s") or 0.0 for r in result.runs),
@@ -252,7 +249,7 @@ def main() -> None:
             runs = [r[(app, tool)] for r in rounds]
 
             def over_rounds(key: str, cores: int, runs: list = runs) -> float:
-                return geometric_mean([run[cores][key] for run in runs])
+                return statistics.geometric_mean([run[cores][key] for run in runs])
 
             speed = [run[high]["rate"] / run[low]["rate"] for run in runs]
             raw_speed = [run[high]["raw"] / run[low]["raw"] for run in runs]
@@ -267,7 +264,8 @@ def main() -> None:
                   f"{inf[1]} {over_rounds('raw', low):7.2f} {over_rounds('raw', high):7.2f} "
                   f"{over_rounds('limit', low):7.2f} {over_rounds('limit', high):7.2f} "
                   f"{over_rounds('efficiency', low):6.2f} {over_rounds('efficiency', high):6.2f} "
-                  f"{geometric_mean(speed):6.2f} {geometric_mean(raw_speed):6.2f} {ratio:6.2f} {interval:>13s} "
+                  f"{statistics.geometric_mean(speed):6.2f} {statistics.geometric_mean(raw_speed):6.2f} "
+                  f"{ratio:6.2f} {interval:>13s} "
                   f"{ratio_goal:>10s} {eff_goal:>10s} {others[0]:5.1f} {others[1]:5.1f}")
     # each round's ratio, so that runs can be pooled (one run decides each row on its own; a row read
     # "met" in one of several runs is not decided by them all)

@@ -1,4 +1,5 @@
-"""benchmarks/scaling.py's verdict over rounds: what it reads, and its error rates by simulation."""
+"""benchmarks/scaling.py: each launch read against the raw-loop passes around its repetitions; the
+verdict over rounds, what it reads, and its error rates by simulation."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,6 +26,25 @@ def scaling() -> ModuleType:
         return module
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+def repetition(rep: int, samples: int, e2e_s: float) -> SimpleNamespace:
+    return SimpleNamespace(repetition=rep, samples=samples, e2e_s=e2e_s, telemetry={"others_cpu_s": 0.0},
+                           observed={"affinity": [0]},
+                           phases={"infer_s": e2e_s / 2, "pre_cpu_s": 0.1 * e2e_s, "infer_cpu_s": 0.8 * e2e_s})
+
+
+def test_each_counted_repetition_is_read_against_the_passes_just_before_and_after_it(scaling):
+    """Warm-up 0, then counted 1 and 2; the pass keyed k ran just before repetition k, None after the
+    last. Repetition 1 (20 samples/s) sits between passes of 20 and 40, repetition 2 (40) between 40
+    and 80: each against the geometric mean of its own two, and the pass before the warm-up in no pair."""
+    result = SimpleNamespace(runs=[repetition(1, 40, 2.0), repetition(2, 40, 1.0)])
+    read = scaling.measured(result, 1, {0: 1000.0, 1: 20.0, 2: 40.0, None: 80.0})
+    assert read["paired"] == pytest.approx(math.sqrt(20 / math.sqrt(20 * 40) * 40 / math.sqrt(40 * 80)))
+    assert read["rate"] == pytest.approx(math.sqrt(20 * 40))
+    assert read["raw"] == pytest.approx((1000 * 20 * 40 * 80) ** 0.25)  # every timed pass
+    assert read["infer_rate"] == pytest.approx(math.sqrt(40 * 80))
+    assert read["efficiency"] == pytest.approx(0.9) and read["limit"] == pytest.approx(1 / (0.9 * 1.5 / 40))
 
 
 def test_the_verdict_reads_the_interval_against_the_goal(scaling):
