@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlvirt import __version__
+
 if TYPE_CHECKING:
     from dlvirt.core.records import JobResult, JobSpec
 
@@ -363,6 +365,7 @@ def _cmd_cpus(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dlvirt", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dlvirt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("host", help="write the host facts JSON")

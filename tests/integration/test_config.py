@@ -18,6 +18,18 @@ def test_paper_config_builds_and_says_what_it_leaves_out(workflow_dir):
     assert "left out BM/64/PIN/CPU: 64 cores requested" in proc.stderr
 
 
+def test_a_study_this_host_cannot_run_stops_in_one_line(workflow_dir):
+    """Every scenario left out (64 cores on a small host): the dry run shows the plan, a real run
+    stops before any job with one line naming why and the fix, exit 2, nothing written."""
+    path = write_config(workflow_dir / "nothing.yaml", smoke_config(study={**smoke_config()["study"], "matrix": [
+        {"platforms": ["BM"], "cores": [4096], "pinning": ["VNL"], "processors": ["CPU"]}]}))
+    assert "left out BM/4096/VNL/CPU" in snakemake(workflow_dir, "-n", "all", "--configfile", str(path)).stderr
+    proc = snakemake(workflow_dir, "all", "--configfile", str(path), check=False)
+    assert proc.returncode != 0
+    assert "dlvirt: nothing to run on this host: all 1 planned scenario(s) were left out (4096 cores" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and not (workflow_dir / "results" / "summary.csv").exists()
+
+
 def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
     proc = snakemake(workflow_dir, "-n", "--configfile", "config/paper.yaml", "--config", "host_check=false")
     assert "left out BM/" not in proc.stderr

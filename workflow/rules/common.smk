@@ -30,6 +30,7 @@ from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa
 from dlvirt.plan.planner import (  # noqa: E402
     RUN_TOOLS,
     expand as expand_plan,
+    nothing_to_run,
     plan_document,
     study_run_tools,
     warmups_for,

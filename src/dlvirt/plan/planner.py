@@ -225,6 +225,18 @@ def study_gaps(left_out: list[Gap], study: dict[str, Any],
     return gaps
 
 
+def nothing_to_run(config: dict[str, Any], plan: Plan) -> str | None:
+    """Why a study would run no benchmark at all (None: it runs some), in one line with the fix: a
+    study of zero launches would still write empty figures and claims and exit 0."""
+    if plan.jobs or config.get("hosts"):
+        return None
+    reasons = list(dict.fromkeys(gap.why for gap in plan.left_out))
+    why = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return (f"nothing to run on this host: all {len(plan.left_out)} planned scenario(s) were left out "
+            f"({why or 'none planned'}). Change study.matrix (cores: [all] fits any host), or plan for "
+            "another machine with --config host_check=false; `snakemake -n` shows the plan")
+
+
 def kinds() -> Kinds:
     """The registered platforms' and apps' display facts, for analysis (which never imports them)."""
     return Kinds(tuple(k.display() for k in PLATFORM_KINDS.values()), tuple(k.display() for k in APP_KINDS.values()))
