@@ -221,7 +221,8 @@ def _estimate_config(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
     from snakemake.utils import update_config, validate
 
-    from dlvirt.plan.configcheck import load_config_file
+    from dlvirt.core.errors import ConfigError
+    from dlvirt.plan.configcheck import SchemaError, check_schema, load_config_file, origin
 
     config: dict[str, Any] = {}
     for file in [args.default_config, *args.files]:
@@ -231,6 +232,15 @@ def _estimate_config(args: argparse.Namespace) -> dict[str, Any]:
         if not sep:
             raise UsageError(f"--config: {item!r} is not KEY=VALUE")
         config[key] = yaml.safe_load(value)
+    # the key and what is wrong with it in one line (as the workflow says it), not the whole schema;
+    # no input checks: the config may be planned for another machine's paths
+    try:
+        check_schema(config, Path(args.schema))
+    except SchemaError as err:
+        where = origin([args.default_config, *args.files], err.path)
+        if where is None:
+            raise
+        raise ConfigError(f"{where}: {err}") from None
     validate(config, str(args.schema))
     return config
 

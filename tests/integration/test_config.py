@@ -120,12 +120,14 @@ def test_hostile_values_reach_the_image_rules_quoted(workflow_dir):
 
 
 @pytest.mark.parametrize("case,message", [
-    ("image-injection", "invalid config: platforms.CN.image: \"x'$(touch /tmp/owned)'\" does not match"),
+    ("image-injection",
+     "invalid config: {dir}/image-injection.yaml:2: platforms.CN.image: \"x'$(touch /tmp/owned)'\" does not match"),
     ("dup-top-key", "invalid config: {dir}/dup-top-key.yaml:3: key 'study' given twice"),
-    ("timeout-nan", "invalid config: harness.timeout_s: nan is not of type 'number'"),
+    ("timeout-nan",
+     "invalid config: {dir}/timeout-nan.yaml:2: harness.timeout_s: nan is not of type 'number'"),
     ("edge-mvm-pinned", "invalid config: hosts.edge.matrix[0].pinning: MVM cannot be pinned"),
     ("dataset-path-missing", "invalid config: apps.ic.dataset.path /nonexistent/imagenet: does not exist"),
-    ("unknown-top-key", "invalid config: colour: unknown key"),
+    ("unknown-top-key", "invalid config: {dir}/unknown-top-key.yaml:2: colour: unknown key"),
 ])
 def test_the_workflow_refuses_bad_configs_in_one_line(workflow_dir, case, message):
     import shutil

@@ -170,7 +170,37 @@ def _check_against(config: dict[str, Any], schema: dict[str, Any]) -> None:
             what += f"; {REMOVED_KEYS[tuple(path)]}"
         elif close:
             what += f"; did you mean {close[0]}?"
-    raise ConfigError(f"{_key(path)}: {what}{_hint(error, defs)}")
+    raise SchemaError(f"{_key(path)}: {what}{_hint(error, defs)}", path)
+
+
+class SchemaError(ConfigError):
+    """A config the schema refuses, with the path of the key it is about (``["study", "replicates"]``)."""
+
+    def __init__(self, message: str, path: list[Any]) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def origin(files: Iterable[Any], path: list[Any]) -> str | None:
+    """``FILE:LINE`` of the last of ``files`` that sets the key at ``path`` (as Snakemake merges
+    them, the last one counts), None where none does (a default, or a --config option)."""
+    for file in reversed([str(f) for f in dict.fromkeys(map(str, files))]):
+        try:
+            node = yaml.compose(Path(file).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                node = next((value for key, value in node.value if key.value == str(part)), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+            else:
+                node = None
+            if node is None:
+                break
+        if node is not None:
+            return f"{file}:{node.start_mark.line + 1}"
+    return None
 
 
 def _read_cache(cache_file: Path | None) -> dict[str, Any]:
@@ -299,6 +329,12 @@ def check_config(config: dict[str, Any], files: Iterable[Any], schema_path: Path
 
     for file in dict.fromkeys(map(str, files)):
         load_config_file(Path(file))
-    check_schema(config, schema_path)
+    try:
+        check_schema(config, schema_path)
+    except SchemaError as err:
+        where = origin(files, err.path)
+        if where is None:
+            raise
+        raise ConfigError(f"{where}: {err}") from None
     fill_defaults(config)
     check_inputs(config, cache_file, memory_bytes() if config["host_check"] else None)
