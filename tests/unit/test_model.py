@@ -143,8 +143,10 @@ def test_tost_and_one_sided_tests_are_statsmodels_on_two_groups():
     m = math.log1p(0.05)
     p_tost = ttost_ind(x1, x2, -m, m, usevar="pooled")[0]
     assert alike("alike", 0.05).p_yes(c) == pytest.approx(p_tost)
-    t = sps.ttest_ind(x1, x2, alternative="less")
+    # "faster" needs the gain beyond the margin: the one-sided test of δ < −m
+    t = sps.ttest_ind(x1 + m, x2, alternative="less")
     assert lower("lower", 0.05).p_yes(c) == pytest.approx(t.pvalue)
+    assert lower("lower", 0.05).p_negligible(c) == pytest.approx(p_tost)
 
 
 def test_summary_rows_get_the_models_interval_beside_their_own():

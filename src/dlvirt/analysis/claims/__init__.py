@@ -12,6 +12,7 @@ claims of one study are one family (Holm across them, ``verdicts.family``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,13 +113,14 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def decide(claim: Claim, study: Study, lenient: Study) -> Verdict:
-    """The claim on the evidence rows; if those cannot test it but the rows set aside could, the
-    data exist and are too weak: inconclusive, saying why."""
+def decide(claim: Claim, study: Study, lenient: Callable[[], Study]) -> Verdict:
+    """The claim on the evidence rows; if those cannot test it but the rows set aside could
+    (``lenient``: the study with them as evidence), the data exist and are too weak: inconclusive,
+    saying why."""
     verdict = claim.check(study)
     if verdict.verdict != UNTESTABLE or not study.weak_reasons:
         return verdict
-    weak = claim.check(lenient)
+    weak = claim.check(lenient())
     if weak.verdict == UNTESTABLE:
         return verdict
     return Verdict(INCONCLUSIVE, f"only rows that are not evidence ({', '.join(study.weak_reasons)}) "
@@ -128,7 +130,7 @@ def decide(claim: Claim, study: Study, lenient: Study) -> Verdict:
 def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
              margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
     study = Study(summary, host_cores, gaps, margin)
-    lenient = Study(summary, host_cores, gaps, margin, weak_as_evidence=True)
+    lenient = functools.cache(lambda: Study(summary, host_cores, gaps, margin, weak_as_evidence=True))
     verdicts = family([decide(claim, study, lenient) for claim in CLAIMS])
     rows = []
     for claim, verdict in zip(CLAIMS, verdicts, strict=True):
