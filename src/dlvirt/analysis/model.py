@@ -196,6 +196,7 @@ class Model:
         rank = int(round(float(np.trace(self.row_space)))) if len(self.y) else 0
         self.df = float(len(self.y) - rank)
         self.nodes = sorted(set(self.data["node"]) - {""})
+        self._launches: dict[Hashable, int] = self.data["row"].value_counts().to_dict()
         self.homogeneity_p = math.nan  # Brown–Forsythe's p over the variance groups (NaN: not testable)
         self.variances: dict[str, Variance] = {}
         self.fit = None
@@ -215,8 +216,9 @@ class Model:
             scale = float(self.fit.scale)
             self._weights = np.full(len(self.y), 1.0 / scale) if scale > 0 else np.ones(len(self.y))
             self.variances = {"": Variance(scale, self.df)}
-            self._member = dict.fromkeys(set(groups), "")
-        self._groups = groups
+        # per variance group (pooled: one), the launches it covers: a contrast's variance splits by them
+        self._members = {name: groups == name for name in self.variances} if self.split else \
+            {"": np.ones(len(self.y), dtype=bool)}
 
     def _leverage_df(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The weighted fit's residuals and each launch's 1 − h_ii (its share of the residual df)."""
@@ -254,7 +256,6 @@ class Model:
                 return p, None
             weights = 1.0 / np.array([variances[g].variance for g in groups])
         self.variances = variances
-        self._member = {name: name for name in variances}
         return p, weights
 
     @property
@@ -269,7 +270,7 @@ class Model:
             math.sqrt(sum(v.variance * v.df for v in self.variances.values()) / self.df) if self.split else math.nan)
 
     def launches_of(self, cell: Hashable) -> int:
-        return int((self.data["row"] == cell).sum())
+        return self._launches.get(cell, 0)
 
     def contrast(self, weights: Mapping[Hashable, float]) -> Contrast:
         """``Σ w · cell`` (log scale), NaN where not estimable or a cell is not in the model; its
@@ -285,9 +286,7 @@ class Model:
         n = sum(self.launches_of(cell) for cell, weight in weights.items() if weight != 0)
         # each launch's part of the contrast's variance: (x_i' Cov c)² / σ²_i; summed per group
         influence = (self.x @ (self.cov @ vector)) ** 2 * self._weights
-        parts = dict.fromkeys(self.variances, 0.0)
-        for group, value in zip(self._groups, influence, strict=True):
-            parts[self._member[group]] += float(value)
+        parts = {name: float(influence[member].sum()) for name, member in self._members.items()}
         total = sum(parts.values())
         spread = sum(v * v / self.variances[name].df for name, v in parts.items() if v > 0)
         df = total * total / spread if spread > 0 else float(self.df)
