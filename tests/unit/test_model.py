@@ -88,6 +88,18 @@ def test_a_noisier_platform_gets_its_own_variance_and_satterthwaite_df():
     assert "a residual variance per platform" in model.describe()
 
 
+def test_noisy_guests_do_not_widen_bare_metals_intervals():
+    frame = hetero()
+    alone = Model(launches(frame[frame["platform"] == "BM"])).contrast({0: 1, 1: -1})
+    beside = Model(launches(frame)).contrast({0: 1, 1: -1})
+    assert beside.se == pytest.approx(alone.se, rel=0.25)
+    # one pooled variance would have made it several times wider
+    pooled = sm.OLS(launches(frame)["y"].to_numpy(), Model(launches(frame)).x).fit()
+    vector = np.zeros(pooled.params.shape[0])
+    vector[[0, 1]] = [1, -1]
+    assert math.sqrt(float(vector @ pooled.cov_params() @ vector)) > 2 * beside.se
+
+
 def test_alike_spreads_keep_one_pooled_variance():
     model = Model(launches(hetero(noisy=0.02)))
     assert not model.split and model.homogeneity_p >= 0.2
