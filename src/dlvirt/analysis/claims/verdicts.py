@@ -219,7 +219,8 @@ def decide(parts: list[Part], missing: Sequence[str] = (), notes: Sequence[str] 
 def family(verdicts: list[Verdict]) -> list[Verdict]:
     """The claims of one study as one family: Holm across the claims' p for holds, for does not hold
     and for negligible (the tested claims only), each verdict decided again on the adjusted p."""
-    tested = [i for i, v in enumerate(verdicts) if v.parts]
+    # a claim is in the family when some part of it could be tested (has an interval)
+    tested = [i for i, v in enumerate(verdicts) if any(math.isfinite(o.ratio_low) for o in v.parts)]
     if len(tested) < 2:
         return verdicts
     adjusted = [holm([getattr(verdicts[i], name) for i in tested]) for name in ("p_holds", "p_fails", "p_negligible")]
