@@ -222,28 +222,29 @@ def hetero_pinning(template: JobResult, studies: int, seed: int) -> ErrorRow:
                     "yes", wrong, studies, ALPHA)
 
 
+# MVM like VM, per app averaged over its core levels: 8 levels (as the paper's matrix has), so that
+# a part is precise enough for TOST to say alike at all (a test that never can, errs never)
+HETERO_MVM = dataclasses.replace(HETERO, apps=("ic",), cores=(1, 2, 4, 8, 12, 16, 24, 32))
+
+
 def _mvm_hetero(app: str, s: Scenario) -> float:
-    """IC: MVM exactly the margin slower than VM (alike is false); NLP: 60 % slower (decided, so Holm
-    leaves the IC part at α)."""
-    if s.platform != "MVM":
-        return 0.0
-    return MARGIN if app == "ic" else math.log(1.6)
+    return MARGIN if s.platform == "MVM" else 0.0  # MVM exactly the margin slower than VM: alike is false
 
 
 def _mvm_boot(app: str, s: Scenario) -> float:
-    return math.log(0.7) if s.platform == "MVM" else 0.0  # MVM boots 30 % faster (decided)
+    return math.log(0.7) if s.platform == "MVM" else 0.0  # MVM boots 30 % faster (decided: Holm leaves IC at α)
 
 
 def hetero_alike(template: JobResult, studies: int, seed: int) -> ErrorRow:
     rng = np.random.default_rng(seed)
-    scenarios = [Scenario(p, 1, "VNL", "CPU") for p in ("BM", "CN", "VM", "MVM")]
+    scenarios = [Scenario(p, c, "VNL", "CPU") for p in ("BM", "CN", "VM", "MVM") for c in HETERO_MVM.cores]
     wrong = 0
     for _ in range(studies):
-        s = Study(simulate(template, HETERO, scenarios, _mvm_hetero, rng, _mvm_boot), 2, [])
+        s = Study(simulate(template, HETERO_MVM, scenarios, _mvm_hetero, rng, _mvm_boot), 2, [])
         wrong += any(o.outcome == "yes" and o.part.startswith("IC ")
                      for o in mvm_like_vm_but_nlp_and_boots_faster(s).parts)
-    return ErrorRow("hetero (MVM like VM)", f"{HETERO_WHAT}; IC's MVM exactly the 5 % margin slower than VM: its "
-                    "alike part says yes", wrong, studies, ALPHA)
+    return ErrorRow("hetero (MVM like VM)", f"{HETERO_WHAT}; IC on 8 core levels (BM, CN, VM, MVM vanilla), MVM "
+                    "exactly the 5 % margin slower than VM: its alike part says yes", wrong, studies, ALPHA)
 
 
 # the default study as measured (config/config.yaml on a 2-core host without KVM): BM and CN at 1/VNL, 1/PIN, 2/VNL
