@@ -100,7 +100,9 @@ def test_design_sizing_from_known_components():
     se = math.sqrt(2 * (0.007396 + 0.0049 / 2) / 3)
     assert case.df == 46 and case.se == pytest.approx(se)
     assert case.half_width == pytest.approx(math.expm1(sps.t.ppf(0.95, 46) * se))         # ±14.6 %
-    assert case.power[0.2] == pytest.approx(sps.nct.sf(sps.t.ppf(0.95, 46), 46, math.log(1.2) / se))
+    # a claim of a 20 % gain must show it beyond the 5 % margin
+    gap = math.log(1.2) - math.log(1.05)
+    assert case.power[0.2] == pytest.approx(sps.nct.sf(sps.t.ppf(0.95, 46), 46, gap / se))
     claim = project(given, 3, 2, 24, cases=4)
     assert claim.se == pytest.approx(se / 2) and claim.half_width < 0.075 < 0.12 < case.half_width  # ±7.04 %
     assert claim.power[0.1] > case.power[0.1]

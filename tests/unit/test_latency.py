@@ -218,9 +218,9 @@ def test_the_quota_claim_holds_when_vanilla_launches_have_a_longer_tail_than_pin
     assert "VNL throttled 40 %" in evidence and "early stopping" in evidence
 
 
-def test_the_quota_claim_does_not_hold_when_the_tails_are_alike():
+def test_the_quota_claim_is_negligible_when_the_tails_are_alike():
     rows = [latency_row(p, m, 10.0, 1.5, spread=0.005) for p in ("BM", "CN") for m in ("VNL", "PIN")]
-    assert claim(rows)[0] == "does not hold"
+    assert claim(rows)[0] == "negligible"  # does not hold: the tails shown alike within ±5 %
 
 
 def test_the_quota_claim_needs_latency_rows_and_says_what_is_missing():

@@ -52,6 +52,60 @@ def test_a_cell_is_its_log_mean_averaged_over_rounds_and_round_drift_cancels():
     assert model.contrast({0: 1, 1: -1}).se < math.sqrt(plain.cov_params()[0, 0] + plain.cov_params()[1, 1])
 
 
+def hetero(noisy=0.09, quiet=0.02, cells=3, rounds=8, seed=3):
+    """Launch means of a quiet and a noisy platform, ``cells`` rows each, ``rounds`` rounds."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for platform, sd in (("BM", quiet), ("VM", noisy)):
+        for cell in range(cells):
+            means = np.exp(math.log(10.0 + cell) + 0.03 * np.arange(rounds) + rng.normal(0, sd, rounds))
+            rows.append({"platform": platform, "round_means_s": ";".join(f"{m:.9g}" for m in means),
+                         "launch_rounds": ";".join(str(r + 1) for r in range(rounds))})
+    return pd.DataFrame(rows)
+
+
+def test_a_noisier_platform_gets_its_own_variance_and_satterthwaite_df():
+    data = launches(hetero())
+    model = Model(data)
+    assert model.split and model.homogeneity_p < 0.2
+    assert set(model.variances) == {"BM", "VM"}
+    assert sum(v.df for v in model.variances.values()) == pytest.approx(model.df)
+    assert model.variances["VM"].sd > 2 * model.variances["BM"].sd
+    # the fit is statsmodels' WLS with the groups' estimated variances as weights
+    weights = 1.0 / data["variance"].map({k: v.variance for k, v in model.variances.items()}).to_numpy()
+    wls = sm.WLS(data["y"].to_numpy(), model.x, weights=weights).fit()
+    bm, vm = model.contrast({0: 1, 1: -1}), model.contrast({3: 1, 4: -1})
+    vector = np.zeros(model.x.shape[1])
+    vector[[0, 1]] = [1, -1]
+    assert bm.se ** 2 == pytest.approx(float(vector @ wls.cov_params(scale=1.0) @ vector))
+    assert bm.log == pytest.approx(float(vector @ wls.params))
+    # a contrast within one group has (about) that group's df; the noisy one is wider
+    assert bm.df == pytest.approx(model.variances["BM"].df, rel=0.05) and vm.se > 3 * bm.se
+    assert bm.launches == 16
+    # a contrast across groups: Satterthwaite's df, between the groups' df and their sum
+    across = model.contrast({0: 1, 3: -1})
+    assert min(v.df for v in model.variances.values()) < across.df < model.df
+    assert "a residual variance per platform" in model.describe()
+
+
+def test_noisy_guests_do_not_widen_bare_metals_intervals():
+    frame = hetero()
+    alone = Model(launches(frame[frame["platform"] == "BM"])).contrast({0: 1, 1: -1})
+    beside = Model(launches(frame)).contrast({0: 1, 1: -1})
+    assert beside.se == pytest.approx(alone.se, rel=0.25)
+    # one pooled variance would have made it several times wider
+    pooled = sm.OLS(launches(frame)["y"].to_numpy(), Model(launches(frame)).x).fit()
+    vector = np.zeros(pooled.params.shape[0])
+    vector[[0, 1]] = [1, -1]
+    assert math.sqrt(float(vector @ pooled.cov_params() @ vector)) > 2 * beside.se
+
+
+def test_alike_spreads_keep_one_pooled_variance():
+    model = Model(launches(hetero(noisy=0.02)))
+    assert not model.split and model.homogeneity_p >= 0.2
+    assert model.contrast({0: 1, 1: -1}).df == model.df == model.fit.df_resid
+
+
 def test_no_replication_no_interval():
     one = pd.DataFrame({"round_means_s": ["10", "11"], "launch_rounds": ["1", "1"]})
     model = Model(launches(one))
@@ -101,8 +155,10 @@ def test_tost_and_one_sided_tests_are_statsmodels_on_two_groups():
     m = math.log1p(0.05)
     p_tost = ttost_ind(x1, x2, -m, m, usevar="pooled")[0]
     assert alike("alike", 0.05).p_yes(c) == pytest.approx(p_tost)
-    t = sps.ttest_ind(x1, x2, alternative="less")
+    # "faster" needs the gain beyond the margin: the one-sided test of δ < −m
+    t = sps.ttest_ind(x1 + m, x2, alternative="less")
     assert lower("lower", 0.05).p_yes(c) == pytest.approx(t.pvalue)
+    assert lower("lower", 0.05).p_negligible(c) == pytest.approx(p_tost)
 
 
 def test_summary_rows_get_the_models_interval_beside_their_own():

@@ -5,6 +5,10 @@ import math
 
 import pandas as pd
 
+from conftest import RUNS
+from dlvirt.analysis.columns import read_table
+from dlvirt.analysis.report import claim_parts, render
+
 
 def test_table1_from_run_records(built_tables):
     table = pd.read_csv(built_tables["table1"]).set_index("app")
@@ -40,3 +44,14 @@ def test_drift_table_flags_a_trend_over_three_rounds_and_shows_two():
     assert table.loc["BM/1/PIN/CPU", "drift"] == "TREND" and table.loc["BM/2/PIN/CPU", "drift"] == ""
     assert table.loc["CN/1/VNL/CPU", "drift"] == "needs ≥ 3 rounds"
     assert table.loc["CN/1/VNL/CPU", "last vs first"] == "+5.0%" and "CN/2/VNL/CPU" not in table.index
+
+
+def test_every_claim_part_shows_margin_estimate_interval_df_and_n(built_tables):
+    claims = read_table(built_tables["claims"], "claims").set_index("id")
+    parts = claim_parts({"id": "pinning", **claims.loc["pinning"].to_dict()})
+    assert parts and all(p["margin"] == "−5%" and p["outcome"] == "yes" for p in parts)
+    assert parts[0]["estimate"].startswith("-") and parts[0]["interval"].startswith("[-")
+    assert float(parts[0]["df"]) > 0 and int(parts[0]["n"]) >= 4
+    assert claim_parts({"id": "scale_up_limit", **claims.loc["scale_up_limit"].to_dict()}) == []
+    html = render(figures={}, runs=RUNS, **{k: v for k, v in built_tables.items() if k != "dir"})
+    assert "margin −5%" in html and "again across this study's tested claims" in html

@@ -35,8 +35,8 @@ def test_the_schema_enums_are_the_vocabularies():
 
 
 def test_verdicts_and_reasons_are_closed():
-    assert typing.get_args(verdicts.ClaimVerdict) == (verdicts.HOLDS, verdicts.FAILS, verdicts.INCONCLUSIVE,
-                                                      verdicts.UNTESTABLE)
+    assert typing.get_args(verdicts.ClaimVerdict) == (verdicts.HOLDS, verdicts.FAILS, verdicts.NEGLIGIBLE,
+                                                      verdicts.INCONCLUSIVE, verdicts.UNTESTABLE)
     assert set(typing.get_args(compare.CompareVerdict)) == {compare.SLOWER, compare.FASTER, compare.ALIKE,
                                                           compare.INCONCLUSIVE, compare.REFUSED}
     assert set(REASONS) == {"host", "edge", "unsupported", "not_configured"}

@@ -16,7 +16,9 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.analysis.catalog import BY_ID, E2E_TOOL, FigureSpec
+from dlvirt.analysis.claims import PART_COLUMNS
 from dlvirt.analysis.claims.study import MIN_LAUNCHES
+from dlvirt.analysis.claims.verdicts import ALPHA
 from dlvirt.analysis.columns import read_table
 from dlvirt.analysis.plandoc import PlanDocument
 from dlvirt.analysis.rows import (
@@ -125,6 +127,23 @@ def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, plan: PlanDoc
             "phases": fig_id.startswith("phases_"),
         })
     return entries
+
+
+def claim_parts(claim: dict[str, Any]) -> list[dict[str, str]]:
+    """A claims.csv row's tested parts, each with its margin, estimate and 90 % interval (ratio − 1),
+    df, launches (n) and outcome, as the report shows them."""
+    if pd.isna(claim.get("part")) or str(claim.get("part")) == "":
+        return []
+    columns = {c: str(claim[c]).split(";") for c in PART_COLUMNS}
+
+    def relative(value: str) -> str:
+        return f"{float(value) - 1:+.1%}" if value not in ("", "nan") else "–"
+
+    return [{"part": columns["part"][i], "margin": columns["margin"][i],
+             "estimate": relative(columns["ratio"][i]),
+             "interval": f"[{relative(columns['ratio_low'][i])}, {relative(columns['ratio_high'][i])}]",
+             "df": f"{float(columns['df'][i]):.3g}" if columns["df"][i] not in ("", "nan") else "–",
+             "n": columns["launches"][i], "outcome": columns["outcome"][i]} for i in range(len(columns["part"]))]
 
 
 def _provenance(frame: pd.DataFrame) -> list[dict[str, str]]:
@@ -271,7 +290,8 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         provenance=_provenance(frame),
         synthetic=bool(not frame.empty and (frame["dataset_source"].astype(str) != "real").any()),
         random_weights=bool(not frame.empty and (frame["weights"].astype(str) == "random").any()),
-        claims=claims_table.to_dict("records"),
+        claims=[{**c, "parts": claim_parts(c)} for c in claims_table.to_dict("records")],
+        alpha=ALPHA,
         min_launches=MIN_LAUNCHES,
         figures=[e for e in entries if not e["phases"] and not e["id"].startswith("latency_")],
         latency_figures=[e for e in entries if e["id"].startswith("latency_")],

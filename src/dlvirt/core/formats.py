@@ -36,7 +36,7 @@ VERSIONS: dict[str, Format] = {
     "plan": Format(2, False),  # 2: structured left-out entries (1, unversioned: [what, why] prose pairs)
     "host facts": Format(1, True),
     "summary": Format(1, True),
-    "claims": Format(1, True),
+    "claims": Format(2, False),  # 2: per-part margin, ratio, interval, df, launches, outcome; p_holds, p_fails
     # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b
     "compare": Format(4, False),
     "table": Format(1, True),

@@ -11,8 +11,9 @@ a per-case comparison (one scenario against another) has variance ``2 v / L``; a
 average of ``k`` such cases ``2 v / (L k)`` (a ratio of ratios: twice that), with the
 model's residual degrees of freedom ``S L − S − (L − 1)`` (S scenarios, rounds as blocks).
 Half-widths are of the 90 % interval (two one-sided tests at 5 %), shown as relative ratios
-``exp(h) − 1``. Power: the one-sided test against a true effect, and the equivalence test (TOST)
-at a true zero; both normal-theory approximations with the model's df (noncentral t). A claim that
+``exp(h) − 1``. Power: at a true effect, the one-sided test against the margin that a claim of
+it must pass (``dlvirt.analysis.claims.verdicts``), and the equivalence test (TOST) at a true
+zero; both normal-theory approximations with the model's df (noncentral t). A claim that
 an effect is absent needs the second: a half-width at the margin gives TOST no chance at a true
 zero, so the design also says how many launches give it an 80 % chance.
 """
@@ -91,7 +92,7 @@ class Projection:
     se: float         # log scale
     df: int
     half_width: float  # exp(t · se) − 1
-    power: dict[float, float]  # one-sided test, per true effect
+    power: dict[float, float]  # per true effect, the one-sided test against the margin
     equivalence: float         # TOST at a true zero, within ±margin
 
 
@@ -105,8 +106,8 @@ def project(inputs: Inputs, launches: int, repetitions: float, scenarios: int, c
     variance_one = (inputs.between + inputs.within / repetitions) / launches
     se = math.sqrt(2 * variance_one / cases)
     t = float(sps.t.ppf(1 - ALPHA, df))
-    power = {e: float(sps.nct.sf(t, df, math.log1p(e) / se)) if se > 0 else 1.0 for e in EFFECTS}
     bound = math.log1p(margin)
+    power = {e: float(sps.nct.sf(t, df, (math.log1p(e) - bound) / se)) if se > 0 else 1.0 for e in EFFECTS}
     equivalence = max(0.0, 2 * float(sps.t.cdf(bound / se - t, df)) - 1) if se > 0 else 1.0
     return Projection(se, df, math.expm1(t * se), power, equivalence)
 

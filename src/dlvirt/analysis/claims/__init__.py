@@ -3,13 +3,17 @@
 The pieces: ``dlvirt.analysis.model`` (one model of the log launch means over all launches, every
 comparison a contrast of it), ``study`` (which rows are evidence, the fitted models), ``verdicts``
 (the hypotheses a part states, Holm over parts, the verdict words) and one module per claim family.
-Verdicts: ``holds`` / ``does not hold`` / ``inconclusive`` (the data cannot decide: the evidence
-states the smallest effect it could have detected, or only rows too weak to be evidence exist) /
-``not testable here`` (with why: what this host or config did not measure).
+Verdicts: ``holds`` (the effect beyond the claim's margin on the side it names) / ``does not hold``
+/ ``negligible`` (does not hold, and shown within ±margin) / ``inconclusive`` (the data cannot
+decide: the evidence states the smallest effect it could have detected, or only rows too weak to be
+evidence exist) / ``not testable here`` (with why: what this host or config did not measure). The
+claims of one study are one family (Holm across them, ``verdicts.family``).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,18 +32,33 @@ from dlvirt.analysis.claims.overhead import (
 from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.scaleup import SCALE_UP_FROM, scale_up_stops_paying
 from dlvirt.analysis.claims.study import Study
-from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, Verdict
+from dlvirt.analysis.claims.verdicts import (
+    ALPHA,
+    DEFAULT_MARGIN,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NEGLIGIBLE,
+    UNTESTABLE,
+    Verdict,
+    family,
+)
 from dlvirt.analysis.columns import read_summary
 from dlvirt.core import formats
 from dlvirt.core.atomic import write_text_atomic
 from dlvirt.core.formats import read_document
 from dlvirt.plan.leftout import Gap, from_documents
 
-__all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "UNTESTABLE", "evaluate", "write_claims"]
+__all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "NEGLIGIBLE", "UNTESTABLE", "evaluate",
+           "write_claims"]
 
-COLUMNS = ["id", "claim", "source", "verdict", "evidence", "test", "figures"]
-MODEL = ("contrast of the launch-level model log(launch mean) ~ scenario + round (+ node), residual variance "
-         "pooled per site, tool and hardware; 90 % interval of the ratio")
+# per part, ";"-joined in the order of ``part``: margin (the bound tested), ratio (the estimate) with its
+# 90 % interval, df, launches (n) and outcome; p_holds and p_fails are the claim's, Holm across the claims
+PART_COLUMNS = ["part", "margin", "ratio", "ratio_low", "ratio_high", "df", "launches", "outcome"]
+COLUMNS = ["id", "claim", "source", "verdict", "evidence", "test", "figures", *PART_COLUMNS, "p_holds", "p_fails"]
+MODEL = ("contrast of the launch-level model log(launch mean) ~ scenario + round (+ node) per site, tool and "
+         "hardware, a residual variance per platform where their spreads differ; 90 % interval of the ratio")
+FAMILY = f"Holm across the study's tested claims, family-wise α = {ALPHA:g} for each verdict"
 
 
 @dataclass(frozen=True)
@@ -54,11 +73,13 @@ class Claim:
 CLAIMS: tuple[Claim, ...] = (
     Claim("pinning", "Pinning lowers E2E time on each platform", "§V-B; Figs. 4a, 6, 7a, 8a",
           "per platform, one part: the average PIN/VNL {model} over app, cores (below the host's) and processor; "
-          "yes: below 1 (one-sided t-test against 0); no: any gain below {margin} (TOST bound); Holm over the "
-          "platforms; holds if yes on every platform measured", pinning_lowers_e2e),
+          "yes: a gain beyond {margin} (one-sided t-test against −{margin}); no: less (the other one-sided test), "
+          "negligible if within ±{margin} (TOST); Holm over the platforms; holds if yes on every platform measured",
+          pinning_lowers_e2e),
     Claim("cn_overhead_chr", "Vanilla CN overhead over BM grows as the container-to-host core ratio (CHR) falls",
           "§V-A", "the average over apps and processors of (CN/BM at the lowest CHR) / (CN/BM at the highest), "
-          "vanilla, {model}; yes: above 1 (one-sided t-test against 0); no: growth below {margin} (TOST bound)",
+          "vanilla, {model}; yes: growth beyond {margin} (one-sided t-test against +{margin}); no: less, negligible "
+          "if within ±{margin} (TOST)",
           cn_overhead_grows_as_chr_falls),
     Claim("scale_up_limit", "Scale-up stops paying beyond a level", "§V-D; Figs. 4b, 6, 7a",
           f"the average over app × platform × CPU mode × processor lines of the last step's last/previous time "
@@ -69,34 +90,37 @@ CLAIMS: tuple[Claim, ...] = (
           "below 3× for IC and RS (one-sided t-tests against 3×, Holm over the apps)", gpu_speeds_nlp_not_ic_rs),
     Claim("mvm_like_vm", "MVM performs like VM except for I/O-heavy NLP, and MVM boots faster", "§V-G; Fig. 10",
           "per VMM, vanilla CPU, same cores, {model}: MVM/VM per app (averaged over cores) within ±{margin} for IC, SR "
-          "and RS (TOST; no: beyond it); above 1 for NLP; boot time (per launch, same app and cores) lower; Holm "
-          "over the parts",
+          "and RS (TOST; no: beyond it); slower by more than {margin} for NLP; boot time (per launch, same app and "
+          "cores) lower by more than {margin}; Holm over the parts",
           mvm_like_vm_but_nlp_and_boots_faster),
     Claim("no_idle_cores", "Without idle host cores the virtualisation overhead grows", "§V-C; Fig. 9",
           "IC on CPU: the average over CN, VM, VMCN and CPU modes of (P/BM at instance = host cores) / (P/BM at the "
-          "largest smaller level), {model}; yes: above 1 (one-sided t-test against 0); no: growth below {margin}",
+          "largest smaller level), {model}; yes: growth beyond {margin} (one-sided t-test against +{margin}); no: "
+          "less, negligible if within ±{margin} (TOST)",
           overhead_grows_without_idle_cores),
     Claim("cn_cheapest_chr1", "CN is the cheapest virtualised platform at CHR = 1", "§V-H; Fig. 11",
           "vanilla, at instance = host cores (main host) or an edge host's largest level: per other virtualised "
-          "platform, CN/other averaged over apps and hosts, {model}; yes: below 1; no: any gain below {margin}; "
-          "Holm over the platforms", cn_cheapest_at_chr1),
+          "platform, CN/other averaged over apps and hosts, {model}; yes: cheaper by more than {margin}; no: less, "
+          "negligible if within ±{margin} (TOST); Holm over the platforms", cn_cheapest_at_chr1),
     # extensions beyond the paper (its source says so): tail latency under LoadGen SingleStream / Server
     Claim("latency_tail_quota", "Extension: a CFS quota raises p99 latency more than p50",
           "extension (not the paper's claim; its CFS-throttling mechanism); latency figures",
           "per latency row pair at the same run tool, app, platform, cores and processor: each launch's p99/p50, "
           "vanilla (CFS quota) over pinned (cpuset), averaged over the pairs; the launch-level model log(launch "
-          "p99/p50) ~ scenario + round per site, run tool and hardware, 90 % interval of the ratio; yes: above 1 "
-          "(one-sided t-test against 0); no: growth below {margin} (TOST bound)", cfs_quota_raises_the_tail),
+          "p99/p50) ~ scenario + round per site, run tool and hardware, 90 % interval of the ratio; yes: growth beyond "
+          "{margin} (one-sided t-test against +{margin}); no: less, negligible if within ±{margin} (TOST)",
+          cfs_quota_raises_the_tail),
 )
 
 
-def decide(claim: Claim, study: Study, lenient: Study) -> Verdict:
-    """The claim on the evidence rows; if those cannot test it but the rows set aside could, the
-    data exist and are too weak: inconclusive, saying why."""
+def decide(claim: Claim, study: Study, lenient: Callable[[], Study]) -> Verdict:
+    """The claim on the evidence rows; if those cannot test it but the rows set aside could
+    (``lenient``: the study with them as evidence), the data exist and are too weak: inconclusive,
+    saying why."""
     verdict = claim.check(study)
     if verdict.verdict != UNTESTABLE or not study.weak_reasons:
         return verdict
-    weak = claim.check(lenient)
+    weak = claim.check(lenient())
     if weak.verdict == UNTESTABLE:
         return verdict
     return Verdict(INCONCLUSIVE, f"only rows that are not evidence ({', '.join(study.weak_reasons)}) "
@@ -106,15 +130,23 @@ def decide(claim: Claim, study: Study, lenient: Study) -> Verdict:
 def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
              margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
     study = Study(summary, host_cores, gaps, margin)
-    lenient = Study(summary, host_cores, gaps, margin, weak_as_evidence=True)
+    lenient = functools.cache(lambda: Study(summary, host_cores, gaps, margin, weak_as_evidence=True))
+    verdicts = family([decide(claim, study, lenient) for claim in CLAIMS])
     rows = []
-    for claim in CLAIMS:
-        verdict = decide(claim, study, lenient)
+    for claim, verdict in zip(CLAIMS, verdicts, strict=True):
         figures = " ".join(f.id for f in FIGURES if claim.id in f.claims)
+        parts = {column: ";".join(_cell(getattr(o, column)) for o in verdict.parts) for column in PART_COLUMNS}
         rows.append({"id": claim.id, "claim": claim.text, "source": claim.source, "verdict": verdict.verdict,
-                     "evidence": verdict.evidence, "test": claim.test.format(margin=f"{margin:.0%}", model=MODEL),
-                     "figures": figures})
+                     "evidence": verdict.evidence,
+                     "test": claim.test.format(margin=f"{margin:.0%}", model=MODEL) + f"; {FAMILY}",
+                     "figures": figures, **parts, "p_holds": verdict.p_holds, "p_fails": verdict.p_fails})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else f"{value:.4g}"
+    return str(value)
 
 
 def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None) -> pd.DataFrame:
