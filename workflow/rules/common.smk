@@ -258,6 +258,7 @@ def benchmark_spec(job):
         "warmup_max": config["study"]["warmup_max"],
         "warmup_tolerance": config["study"]["warmup_tolerance"],
         "warmup_share": config["study"]["warmup_share"],
+        "interference": config["study"]["interference"],
         "threads": config["harness"]["threads"],
         "pipeline": config["harness"]["pipeline"],
         "timeout_s": config["harness"]["timeout_s"],
