@@ -284,8 +284,8 @@ class CpuAccounting:
                 # launch's total whole when a descendant ends during the repetition
                 whose["own"][key] = proc.ticks + proc.children
             elif pid in self.ancestors or proc.kernel or self.platform_owns_visible:
-                # only what ran on the launch's CPUs (the CPU it last ran on: exact for per-CPU kernel threads)
-                whose["platform"][key] = proc.ticks if proc.processor in self.cpus else 0
+                # with the CPU it last ran on: only what it ran on the launch's CPUs counts (``between``)
+                whose["platform"][f"{key}:{int(proc.processor in self.cpus)}"] = proc.ticks
             else:
                 whose["other"][f"{key}:{proc.comm}"] = proc.ticks
         return {"monotonic_s": time.monotonic(),
@@ -304,7 +304,13 @@ class CpuAccounting:
 
         # the launch's: every process of it before and after (one that ended is in its parent's total)
         own = sum(after["own"].values()) - sum(before["own"].values())
-        platform = sum(grown("platform").values())
+        # the platform's: what each of its processes ran meanwhile, where it last ran on the launch's
+        # CPUs (exact for the per-CPU kernel threads; one that moved counts where it was found last)
+        last: dict[str, int] = {}
+        for key, ticks in before["platform"].items():
+            last[key.rsplit(":", 1)[0]] = ticks
+        platform = sum(max(0, ticks - last.get(key.rsplit(":", 1)[0], 0))
+                       for key, ticks in after["platform"].items() if key.endswith(":1"))
         others = max(0, after["busy"] - before["busy"] - own - platform)
         window = after["monotonic_s"] - before["monotonic_s"]
         top = sorted(((ticks, key.split(":", 2)[2]) for key, ticks in grown("other").items() if ticks > 0),

@@ -1,0 +1,146 @@
+"""Interference: whose time the launch's own CPUs gave during a repetition (the launch's, its
+platform's, other processes'), the rerun rule for disturbed launches, and a real competing
+process pinned onto a real BM launch's CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import NOOP_SETTINGS, noop_job_spec
+from dlvirt.analysis.aggregate import summarise_launches
+from dlvirt.cli import main
+from dlvirt.core.machinetime import launch_machine_s
+from dlvirt.core.records import JobResult, Repetition
+from dlvirt.run import interference
+from dlvirt.system import cgroups, observe, topology
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def snapshot(busy: int, own: dict[str, int], platform: dict[str, int], other: dict[str, int], at: float,
+             steal: int = 0) -> dict:
+    return {"monotonic_s": at, "busy": busy, "steal": steal, "own": own, "platform": platform, "other": other}
+
+
+def test_others_time_is_the_cpus_busy_time_less_the_launchs_and_the_platforms():
+    # the platform's processes: pid:start:on-the-launch's-CPUs (one that moved off them is not counted)
+    before = snapshot(1000, {"10:1": 300}, {"2:0:1": 50, "7:3:1": 20}, {"99:5:editor": 10}, at=0.0)
+    # 2 CPUs for 1 s = 2 * TICK ticks; busy grew by TICK: the launch 0.6 TICK, the platform 0.1 TICK
+    after = snapshot(1000 + TICK, {"10:1": 300 + int(0.6 * TICK)}, {"2:0:1": 50 + int(0.1 * TICK), "7:3:0": 90},
+                     {"99:5:editor": 10 + int(0.3 * TICK), "120:9:agent": 0}, at=1.0, steal=TICK // 10)
+    found = observe.CpuAccounting.between(before, after, cpus=2)
+    assert found["others_on_cpus_s"] == pytest.approx(0.3, abs=2 / TICK)
+    assert found["others_on_cpus_share"] == pytest.approx(0.15, abs=1 / TICK)
+    assert found["platform_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
+    assert found["steal_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
+    # the visible others by name (any CPU); one that used nothing is not named
+    assert list(found["others_seen"]) == ["editor"]
+
+
+def test_a_launch_process_that_ended_keeps_its_time_in_the_launchs():
+    """A child that ended and was reaped moved its time into its parent's cutime/cstime: the
+    launch's total stays whole, so its time is not taken for others'."""
+    before = snapshot(0, {"10:1": 100, "11:2": 40}, {}, {}, at=0.0)
+    # 10 ran 50 ticks more; 11 ran 40 more, ended, and its 80 moved into 10's cutime/cstime
+    after = snapshot(90, {"10:1": 100 + 50 + 80}, {}, {}, at=1.0)
+    assert observe.CpuAccounting.between(before, after, cpus=1)["others_on_cpus_s"] == 0
+
+
+def test_this_process_and_its_child_count_as_the_launchs_and_a_stranger_as_others():
+    accounting = observe.CpuAccounting(sorted(os.sched_getaffinity(0)), platform_owns_visible=False)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        found = accounting.snapshot()
+        own = {key.split(":")[0] for key in found["own"]}
+        assert {str(os.getpid()), str(child.pid)} <= own
+        assert str(os.getppid()) not in {key.split(":")[0] for key in found["other"]}  # an ancestor: the platform's
+        virtualised = observe.CpuAccounting(accounting.cpus, platform_owns_visible=True).snapshot()
+        assert not virtualised["other"]  # in a container or guest every visible process is the launch's or platform's
+    finally:
+        child.kill()
+        child.wait()
+
+
+def repetition(share: float | None, seconds: float = 0.5) -> Repetition:
+    telemetry = {} if share is None else {"others_on_cpus_share": share, "others_on_cpus_s": seconds,
+                                          "window_s": 1.0, "others_seen": {"agent": seconds}}
+    return Repetition(repetition=0, e2e_s=1.0, phases={}, samples=1, batches=1, samples_per_s=1.0, observed={},
+                      threads={}, quality={}, started_utc="2026-12-06T00:00:00+00:00",
+                      finished_utc="2026-12-06T00:00:01+00:00", telemetry=telemetry)
+
+
+def test_a_repetition_is_disturbed_above_the_threshold_and_above_the_accountings_resolution():
+    rule = {"disturbed_above": 0.05, "reruns": 2}
+    assert interference.disturbed(repetition(0.2).telemetry, 0.05) is True
+    assert interference.disturbed(repetition(0.05).telemetry, 0.05) is False
+    # a tick or two on a short repetition is the accounting's own noise, not a neighbour
+    assert interference.disturbed(repetition(0.5, seconds=1 / TICK).telemetry, 0.05) is False
+    assert interference.disturbed(repetition(None).telemetry, 0.05) is None
+    runs = interference.marked([repetition(0.2), repetition(0.01), repetition(None)], 0.05)
+    assert [(r.telemetry or {}).get("disturbed") for r in runs] == [True, False, None]
+    first = interference.attempt(1, runs, total_s=10.0)
+    assert (first["counted"], first["disturbed"], first["others_share_max"]) == (3, 1, 0.2)
+    # run again while disturbed, at most reruns times; a quiet attempt ends it
+    assert interference.run_again(first, rule)
+    assert not interference.run_again({**first, "attempt": 3}, rule)
+    assert not interference.run_again({**first, "disturbed": 0}, rule)
+    assert not interference.run_again(first, None)
+    account = interference.account(rule, [first, {**first, "attempt": 2, "disturbed": 0}])
+    assert account["kept"] == 2 and not account["disturbed"]
+    assert "1 of 3 counted repetitions shared their CPUs" in account["attempts"][0]["why"]
+    assert "why" not in account["attempts"][1]
+
+
+BUSY = "dlvirt-busy"  # the competing process's name (/proc/<pid>/comm)
+
+
+def busy_process(cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    """A process that keeps ``cpus`` busy, named BUSY, started and left to the caller to end."""
+    code = ("import ctypes, os\n"
+            f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
+            f"os.sched_setaffinity(0, {set(cpus)!r})\n"
+            "while True:\n    pass\n")
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+@pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")
+def test_a_busy_process_on_the_launchs_cpu_is_seen_and_the_launch_runs_again(tmp_path, noop_dataset):
+    """A real BM launch of the noop app (BM/1/PIN) beside a real process pinned onto the CPU the
+    launch gets: every counted repetition sees it by name and as others' time on its CPU, the rule
+    runs the launch again up to its reruns, and the last attempt stays, marked, with the account."""
+    cpus = topology.place(topology.read(), 1, topology.DEFAULT_POLICY, tuple(sorted(os.sched_getaffinity(0)))).cpus
+    # repetitions of a few tenths of a second: many scheduler ticks each
+    loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": 20000}
+    rule = {"disturbed_above": 0.05, "reruns": 1}
+    spec = noop_job_spec(noop_dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
+                         interference=rule)
+    run = tmp_path / "runs" / "1.json"
+    busy = busy_process(cpus)
+    try:
+        assert main(["bench", "--spec", json.dumps(spec), "--output", str(run),
+                     "--loadgen-dir", str(tmp_path / "loadgen")]) == 0
+    finally:
+        busy.kill()
+        busy.wait()
+    record = JobResult.read(run)
+    assert record.runs[0].observed["affinity"] == list(cpus)
+    for rep in record.runs:
+        # the launch's one CPU, shared with a process that never sleeps: others took a good part of it
+        assert rep.telemetry["others_on_cpus_share"] > 0.2 and BUSY in rep.telemetry["others_seen"]
+        assert rep.telemetry["disturbed"] is True
+    account = record.interference
+    assert [a["attempt"] for a in account["attempts"]] == [1, 2] and account["kept"] == 2 and account["disturbed"]
+    assert all(a["disturbed"] == a["counted"] == 3 and BUSY in a["why"] for a in account["attempts"])
+    # the discarded attempt left nothing beside the record, and its machine time is counted
+    assert sorted(p.name for p in run.parent.iterdir()) == ["1.json"]
+    assert launch_machine_s(record) == pytest.approx(record.launch_s["total_s"] + account["attempts"][0]["total_s"])
+    row = summarise_launches([record])
+    assert (row["disturbed_share"], row["reruns"]) == (1.0, 1) and row["others_on_cpus_cores"] > 0.2
+    assert not pd.isna(row["mean_s"])
