@@ -25,10 +25,10 @@ from dlvirt.system.observe import ACCOUNTING_TICKS
 
 def disturbed(telemetry: dict[str, Any] | None, above: float) -> bool | None:
     """Did other processes take more than ``above`` of the repetition's CPUs' time (None: not measured)?"""
-    share = (telemetry or {}).get("others_on_cpus_share")
-    if share is None:
+    if not telemetry or telemetry.get("others_on_cpus_share") is None:
         return None
-    return bool(share > above and telemetry["others_on_cpus_s"] > ACCOUNTING_TICKS / os.sysconf("SC_CLK_TCK"))
+    return bool(telemetry["others_on_cpus_share"] > above
+                and telemetry["others_on_cpus_s"] > ACCOUNTING_TICKS / os.sysconf("SC_CLK_TCK"))
 
 
 def marked(runs: list[Repetition], above: float) -> list[Repetition]:
@@ -36,7 +36,8 @@ def marked(runs: list[Repetition], above: float) -> list[Repetition]:
     out = []
     for run in runs:
         verdict = disturbed(run.telemetry, above)
-        out.append(run if verdict is None else dataclasses.replace(run, telemetry={**run.telemetry, "disturbed": verdict}))
+        out.append(run if verdict is None or run.telemetry is None
+                   else dataclasses.replace(run, telemetry={**run.telemetry, "disturbed": verdict}))
     return out
 
 

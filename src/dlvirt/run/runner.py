@@ -142,7 +142,8 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
         weights_check_s = time.time() - started
         job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights,
                             platform_owns_visible=cls.kind.virtualised)
-        rule, attempts = spec.interference, []
+        rule = spec.interference
+        attempts: list[dict[str, Any]] = []  # the rerun rule's account (run.interference)
         while True:
             # each attempt in a directory of its own: a discarded one's outputs are never published
             attempt_dir = workdir / f"attempt-{len(attempts) + 1}"

@@ -311,14 +311,29 @@ class CpuAccounting:
             last[key.rsplit(":", 1)[0]] = ticks
         platform = sum(max(0, ticks - last.get(key.rsplit(":", 1)[0], 0))
                        for key, ticks in after["platform"].items() if key.endswith(":1"))
-        others = max(0, after["busy"] - before["busy"] - own - platform)
         window = after["monotonic_s"] - before["monotonic_s"]
-        top = sorted(((ticks, key.split(":", 2)[2]) for key, ticks in grown("other").items() if ticks > 0),
-                     reverse=True)[:3]
+        # never more than the CPUs had: the counters tick at other instants than the window's clock
+        others = min(max(0, after["busy"] - before["busy"] - own - platform), round(window * cpus * tick))
+        by_name: collections.Counter[str] = collections.Counter()
+        for key, ticks in grown("other").items():
+            if ticks > 0:
+                by_name[key.split(":", 2)[2]] += ticks
         return {"window_s": round(window, 4), "others_on_cpus_s": others / tick,
                 "others_on_cpus_share": others / tick / (window * cpus) if window > 0 and cpus else None,
                 "platform_on_cpus_s": platform / tick, "steal_on_cpus_s": (after["steal"] - before["steal"]) / tick,
-                "others_seen": {name: ticks / tick for ticks, name in top}}
+                "others_seen": {name: ticks / tick for name, ticks in by_name.most_common(3)}}
+
+
+def background_load(sample_s: float = 1.0) -> dict[str, Any]:
+    """The host's background load: the cores other processes (not this process, its descendants or
+    ancestors: the workflow; not kernel threads) kept busy over ``sample_s`` on the CPUs this process
+    may use, and the busiest of them by name."""
+    accounting = CpuAccounting(sorted(os.sched_getaffinity(0)), platform_owns_visible=False)
+    before = accounting.snapshot()
+    time.sleep(sample_s)
+    found = CpuAccounting.between(before, accounting.snapshot(), len(accounting.cpus))
+    return {"cpus": len(accounting.cpus), "sample_s": found["window_s"],
+            "others_cores": found["others_on_cpus_s"] / found["window_s"], "others_seen": found["others_seen"]}
 
 
 def counters(accounting: CpuAccounting | None = None) -> dict[str, Any]:
