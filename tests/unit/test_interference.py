@@ -156,8 +156,8 @@ def test_the_rule_adds_no_bias_and_narrows_the_intervals_when_interference_strik
     from dlvirt.analysis.interference_simulate import Neighbour, interference, outcome, template
 
     studies, design = 24, Design(launches=3, repetitions=2)
-    without = outcome(template(), design, 0.0, Neighbour(), 0, studies, seed=5)
-    ruled = outcome(template(), design, 0.0, Neighbour(), 2, studies, seed=5)
+    without = outcome(template(design), design, 0.0, Neighbour(), 0, studies, seed=5)
+    ruled = outcome(template(design), design, 0.0, Neighbour(), 2, studies, seed=5)
     bound = ALPHA + 3 * (ALPHA * (1 - ALPHA) / studies) ** 0.5
     assert ruled.share(HOLDS) <= bound, ruled.verdicts
     spread = float(pd.Series(ruled.estimates).std()) / studies ** 0.5
@@ -169,10 +169,11 @@ def test_the_rule_adds_no_bias_and_narrows_the_intervals_when_interference_strik
 
 
 def test_the_report_says_what_share_shared_their_cores_and_when_a_claim_owes_its_verdict_to_it():
+    from dlvirt.analysis.claims.simulate import Design
     from dlvirt.analysis.interference import claim_note, host_words
     from dlvirt.analysis.interference_simulate import template
 
-    base = template()
+    base = template(Design(launches=4, repetitions=2))
     rule = {"disturbed_above": 0.05, "reruns": 2}
 
     def launch(marks: list[bool], times: list[float], attempts: int) -> JobResult:

@@ -18,6 +18,7 @@ does not depend on the platform); with interference the rule narrows the claim p
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dlvirt.analysis.claims.simulate import Design
 from dlvirt.analysis.claims.study import Study
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN, HOLDS
 from dlvirt.core.records import JobResult, JobSpec, Repetition
-from dlvirt.core.scenario import Scenario
+from dlvirt.core.scenario import PINNINGS, Scenario
 from dlvirt.run import interference as rule_code
 
 RULE: dict[str, Any] = {"disturbed_above": 0.05, "reruns": 2}  # the schema's defaults
@@ -91,15 +92,11 @@ def study(template: JobResult, design: Design, effect: float, neighbour: Neighbo
     """One simulated study's summary, each launch under the rule with ``reruns``."""
     drift = rng.normal(0.0, design.drift, design.launches)
     rows = []
-    for platform in design.platforms:
-        for app in design.apps:
-            for cores in design.cores:
-                for pinning in ("VNL", "PIN"):
-                    scenario = Scenario(platform, cores, pinning, "CPU")
-                    base = math.log(10.0) + (effect if pinning == "PIN" else 0.0)
-                    rows.append(summarise_launches([
-                        launch(template, design, scenario, app, r + 1, base + drift[r], neighbour, reruns, rng)
-                        for r in range(design.launches)]))
+    for platform, app, cores, pinning in itertools.product(design.platforms, design.apps, design.cores, PINNINGS):
+        scenario = Scenario(platform, cores, pinning, "CPU")
+        level = math.log(10.0) + (effect if pinning == "PIN" else 0.0)
+        rows.append(summarise_launches([launch(template, design, scenario, app, r + 1, level + drift[r], neighbour,
+                                               reruns, rng) for r in range(design.launches)]))
     return pd.DataFrame(rows)
 
 
@@ -132,11 +129,11 @@ def outcome(template: JobResult, design: Design, effect: float, neighbour: Neigh
         summary = study(template, design, effect, neighbour, reruns, rng)
         s = Study(summary, max(design.cores) + 1, [], margin)
         verdicts[pinning_lowers_e2e(s).verdict] += 1
-        first = s.e2e[s.e2e["platform"] == design.platforms[0]]
-        pairs = [(first.index[(first["pinning"] == "PIN") & (first["app"] == a) & (first["cores"] == c)][0],
-                  first.index[(first["pinning"] == "VNL") & (first["app"] == a) & (first["cores"] == c)][0])
-                 for a in design.apps for c in design.cores]
-        part = s.average(pairs)
+        # the first platform's claim part: its PIN/VNL pairs over apps and cores
+        rows = s.e2e[s.e2e["platform"] == design.platforms[0]]
+        index = dict(zip(zip(rows["app"], rows["cores"], rows["pinning"], strict=True), rows.index, strict=True))
+        part = s.average([(index[(app, cores, "PIN")], index[(app, cores, "VNL")])
+                          for app, cores in itertools.product(design.apps, design.cores)])
         estimates.append(part.log)
         widths.append(part.half_width())
         marks += float((summary["disturbed_share"] * summary["reps"]).sum())
@@ -145,16 +142,16 @@ def outcome(template: JobResult, design: Design, effect: float, neighbour: Neigh
     return Outcome(studies, verdicts, estimates, widths, marks / reps, rerun)
 
 
-def template() -> JobResult:
-    """A run record's structure for the simulated launches (every timing in it is replaced)."""
-    scenario = Scenario("BM", 1, "VNL", "CPU")
-    spec = JobSpec(tool=E2E_TOOL, app="ic", scenario=scenario, repetitions=2, warmup_repetitions=1, threads="granted",
-                   timeout_s=60.0, batch_size=1, loadgen={}, app_settings={}, dataset_dir="", platform_settings={},
-                   allow_emulation=False)
+def template(design: Design) -> JobResult:
+    """A run record's structure for ``design``'s simulated launches (every timing in it is replaced)."""
+    scenario = Scenario(design.platforms[0], design.cores[0], "VNL", "CPU")
+    spec = JobSpec(tool=E2E_TOOL, app=design.apps[0], scenario=scenario, repetitions=design.repetitions,
+                   warmup_repetitions=1, threads="granted", timeout_s=60.0, batch_size=1, loadgen={}, app_settings={},
+                   dataset_dir="", platform_settings={}, allow_emulation=False)
     rep = Repetition(repetition=0, e2e_s=1.0, phases={}, samples=1, batches=1, samples_per_s=1.0, observed={},
                      threads={"policy": "granted", "intra_op": 1}, quality={}, started_utc="2026-01-01T00:00:00+00:00",
                      finished_utc="2026-01-01T00:00:01+00:00")
-    return JobResult(tool=E2E_TOOL, app="ic", scenario=scenario, scenario_name=scenario.name,
+    return JobResult(tool=E2E_TOOL, app=design.apps[0], scenario=scenario, scenario_name=scenario.name,
                      platform={"accel": "none"}, expected={}, verified=True, host="simulated", run_id="simulated",
                      spec=spec, runs=[rep], warmups=[], dataset={"source": "synthetic"},
                      model={"model": "simulated", "weights": "random"}, versions={}, model_load_s=0.0)
@@ -163,6 +160,7 @@ def template() -> JobResult:
 def interference(studies: int, seed: int) -> tuple[str, str, int, int, float]:
     """The error-rate row (benchmarks/claim_error_rates.py): the pinning claim's false "holds" at no
     true gain, with interference independent of the platform and the rerun rule at its defaults."""
-    found = outcome(template(), Design(launches=3, repetitions=2), 0.0, Neighbour(), RULE["reruns"], studies, seed)
+    design = Design(launches=3, repetitions=2)
+    found = outcome(template(design), design, 0.0, Neighbour(), RULE["reruns"], studies, seed)
     return ("interference", "pinning claim at no gain; a neighbour beside 30 % of launches, whatever their platform; "
             f"rerun rule at its defaults ({RULE['reruns']} reruns)", found.verdicts[HOLDS], studies, ALPHA)
