@@ -1,7 +1,8 @@
 """Host side of one benchmark job: provision the platform, run every repetition, verify, tear down.
 
 The result file is written only after every repetition ran and every observation matched the
-request, and atomically, so a failed or interrupted job leaves no result behind.
+request, and atomically, so a failed or interrupted job leaves no result behind. A launch that
+shared its CPUs with other processes runs again first, by the rule of ``dlvirt.run.interference``.
 """
 
 from __future__ import annotations
@@ -149,15 +150,17 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             attempt_dir = workdir / f"attempt-{len(attempts) + 1}"
             harness, expected, described, launch = _attempt(cls, spec, job, attempt_dir, run_id, started,
                                                             weights_check_s if not attempts else 0.0)
-            runs = harness.runs if rule is None else interference.marked(harness.runs, rule["disturbed_above"])
+            runs = harness.runs
             if rule is None:
                 break
-            attempts.append(interference.attempt(len(attempts) + 1, runs, launch["total_s"] if launch else 0.0))
+            runs = interference.marked(runs, rule["disturbed_above"])
+            attempts.append(interference.attempt(len(attempts) + 1, runs, time.time() - started))
             if not interference.run_again(attempts[-1], rule):
                 break
             print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
                   f"{interference.why(attempts[-1], rule)}; running it again (at most {rule['reruns']} reruns, "
                   "study.interference)", flush=True)
+            shutil.rmtree(attempt_dir, ignore_errors=True)  # a guest's disk, a container's outputs: gone now
             started = time.time()
         result = JobResult(
             tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
