@@ -198,3 +198,17 @@ def test_the_report_says_what_share_shared_their_cores_and_when_a_claim_owes_its
     assert claim_note("holds", row) is None
     assert claim_note("inconclusive", row.assign(disturbed_share=0.05)) is None
     assert host_words(row.assign(disturbed_share=float("nan")), []).startswith("not judged")
+    # a guest's row, never judged, is counted apart: it keeps what interference there was
+    guest = row.assign(disturbed_share=float("nan"), scenario="guest")
+    assert "1 row(s) not judged (a guest sees only itself" in host_words(pd.concat([row, guest]), records)
+
+
+def test_only_a_harness_on_this_hosts_kernel_is_judged():
+    """A container shares the host's kernel (its boot id); a guest boots its own and is not judged."""
+    from dlvirt.analysis.claims.simulate import Design
+    from dlvirt.analysis.interference_simulate import template
+
+    rep = template(Design(launches=2, repetitions=2)).runs[0]
+    assert interference.judged([dataclasses.replace(rep, observed={"boot_id": observe.boot_id()})])
+    assert not interference.judged([dataclasses.replace(rep, observed={"boot_id": "another kernel"})])
+    assert not interference.judged([rep]) and not interference.judged([])

@@ -58,6 +58,10 @@ def host_words(frame: pd.DataFrame, records: list[JobResult]) -> str:
     if slower is not None:
         text += (f"; disturbed repetitions took {slower[0] - 1:+.1%} against the undisturbed ones of the same "
                  f"scenario (median over {slower[1]} scenario(s))")
+    unjudged = frame[frame["disturbed_share"].isna() & (frame["reps"] > 0)]
+    if not unjudged.empty:
+        text += (f"; {len(unjudged)} row(s) not judged (a guest sees only itself: the host's other processes show "
+                 "as its steal_pct, and its launches are never run again, so they keep what interference there was)")
     return text
 
 

@@ -7,10 +7,11 @@ as the launch's, the platform's or others'), and more than the accounting's own 
 (``observe.ACCOUNTING_TICKS`` ticks). A launch with a disturbed counted repetition is run again
 in the same job, so in the same round, at most ``reruns`` times; the last attempt is the one
 recorded, marked when it is still disturbed. The rule reads only that outside signal, never a
-measured time, and is the same for every scenario: it cannot favour a platform unless the
-interference itself does. A discarded attempt leaves nothing a reader could take for a launch:
-only the job's one result file, written last, is read (``runner.publish_result``); its account
-(``account``) stays in that record.
+measured time, and is the same for every scenario it can judge: bare metal's and a container's,
+whose harness runs on this host's kernel. A guest's is not judged (``judged``), so a contrast of a
+guest row with a judged one keeps the guest side's interference (docs/measurement.md). A discarded
+attempt leaves nothing a reader could take for a launch: only the job's one result file, written
+last, is read (``runner.publish_result``); its account (``account``) stays in that record.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import os
 from typing import Any
 
 from dlvirt.core.records import Repetition
-from dlvirt.system.observe import ACCOUNTING_TICKS
+from dlvirt.system.observe import ACCOUNTING_TICKS, boot_id
+
+
+def judged(runs: list[Repetition]) -> bool:
+    """Can the rule judge these repetitions: did the harness run on this host's kernel (bare metal,
+    a container)? A guest's own kernel sees only the guest: the host's other processes on its
+    vCPUs' host CPUs show there as steal, mixed with QEMU's own threads, so its launches are not judged."""
+    return bool(runs) and runs[0].observed.get("boot_id") == boot_id()
 
 
 def disturbed(telemetry: dict[str, Any] | None, above: float) -> bool | None:

@@ -151,7 +151,7 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             harness, expected, described, launch = _attempt(cls, spec, job, attempt_dir, run_id, started,
                                                             weights_check_s if not attempts else 0.0)
             runs = harness.runs
-            if rule is None:
+            if rule is None or not interference.judged(runs):
                 break
             runs = interference.marked(runs, rule["disturbed_above"])
             attempts.append(interference.attempt(len(attempts) + 1, runs, time.time() - started))
@@ -172,7 +172,7 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             placement=placement_record(described, harness.runs),
             # the harness's code measured; the runner's provisioned and verified (normally the same)
             code=harness.code, runner_code=code_version(), launch_s=launch,
-            interference=None if rule is None else interference.account(rule, attempts))
+            interference=interference.account(rule, attempts) if rule is not None and attempts else None)
         publish_result(result, output, attempt_dir / "out", loadgen_dir)
         return result
     finally:

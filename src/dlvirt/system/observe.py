@@ -135,6 +135,14 @@ def uptime_s() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
+def boot_id() -> str | None:
+    """This kernel's boot id: a container shares its host's, a guest has its own."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
 def observe() -> dict[str, Any]:
     affinity = sorted(os.sched_getaffinity(0))
     return {
@@ -151,6 +159,7 @@ def observe() -> dict[str, Any]:
         "virtualization": virtualization(),
         "pci_devices": pci_devices(),
         "kernel": platform.release(),
+        "boot_id": boot_id(),
         "hostname": platform.node(),
         "arch": platform.machine(),
     }
