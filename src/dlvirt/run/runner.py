@@ -156,9 +156,13 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
             runs = interference.marked(runs, rule["disturbed_above"])
             attempts.append(interference.attempt(len(attempts) + 1, runs, time.time() - started))
             if not interference.run_again(attempts[-1], rule):
+                if attempts[-1]["disturbed"]:
+                    print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
+                          f"{interference.why(attempts[-1], rule)}; kept, marked disturbed (no rerun left of "
+                          f"{rule['reruns']}, study.interference)", flush=True)
                 break
             print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
-                  f"{interference.why(attempts[-1], rule)}; running it again (at most {rule['reruns']} reruns, "
+                  f"{interference.why(attempts[-1], rule)}; running it again (at most {rule['reruns']} rerun(s), "
                   "study.interference)", flush=True)
             shutil.rmtree(attempt_dir, ignore_errors=True)  # a guest's disk, a container's outputs: gone now
             started = time.time()
