@@ -27,7 +27,14 @@ from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
-from dlvirt.plan.planner import RUN_TOOLS, expand as expand_plan, plan_document, study_run_tools  # noqa: E402
+from dlvirt.plan.planner import (  # noqa: E402
+    RUN_TOOLS,
+    expand as expand_plan,
+    nothing_to_run,
+    plan_document,
+    study_run_tools,
+    warmups_for,
+)
 from dlvirt.plan.estimate import (
     estimate as estimate_jobs,
     read_records,
@@ -254,8 +261,7 @@ def benchmark_spec(job):
         "scenario": job.scenario.to_dict(),
         "replicate": job.replicate,
         "repetitions": config["study"]["repetitions"],
-        "warmup_repetitions": config["study"]["warmup_repetitions"],
-        "warmup_max": config["study"]["warmup_max"],
+        "warmup_repetitions": warmups_for(config["study"], job.app, job.tool),
         "warmup_tolerance": config["study"]["warmup_tolerance"],
         "warmup_share": config["study"]["warmup_share"],
         "interference": config["study"]["interference"],
