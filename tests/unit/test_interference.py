@@ -24,23 +24,27 @@ from dlvirt.system import cgroups, observe, topology
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def snapshot(busy: int, own: dict[str, int], platform: dict[str, int], other: dict[str, int], at: float,
-             steal: int = 0) -> dict:
+def snapshot(busy: int, own: dict[str, int], platform: dict[str, tuple[int, bool, str]],
+             other: dict[str, tuple[int, bool, str]], at: float, steal: int = 0) -> dict:
     return {"monotonic_s": at, "busy": busy, "steal": steal, "own": own, "platform": platform, "other": other}
 
 
 def test_others_time_is_the_cpus_busy_time_less_the_launchs_and_the_platforms():
-    # the platform's processes: pid:start:on-the-launch's-CPUs (one that moved off them is not counted)
-    before = snapshot(1000, {"10:1": 300}, {"2:0:1": 50, "7:3:1": 20}, {"99:5:editor": 10}, at=0.0)
+    # the platform's and others' processes: pid:start -> (ticks, last seen on the launch's CPUs, name)
+    before = snapshot(1000, {"10:1": 300}, {"2:0": (50, True, "kworker/0"), "7:3": (20, True, "dlvirt")},
+                      {"99:5": (10, True, "editor"), "98:5": (10, False, "far")}, at=0.0)
     # 2 CPUs for 1 s = 2 * TICK ticks; busy grew by TICK: the launch 0.6 TICK, the platform 0.1 TICK
-    after = snapshot(1000 + TICK, {"10:1": 300 + int(0.6 * TICK)}, {"2:0:1": 50 + int(0.1 * TICK), "7:3:0": 90},
-                     {"99:5:editor": 10 + int(0.3 * TICK), "120:9:agent": 0}, at=1.0, steal=TICK // 10)
+    # (the process that moved off the launch's CPUs is not counted), others 0.3 TICK
+    after = snapshot(1000 + TICK, {"10:1": 300 + int(0.6 * TICK)},
+                     {"2:0": (50 + int(0.1 * TICK), True, "kworker/0"), "7:3": (90, False, "dlvirt")},
+                     {"99:5": (10 + int(0.3 * TICK), True, "editor"), "120:9": (0, True, "agent"),
+                      "98:5": (10 + TICK, False, "far")}, at=1.0, steal=TICK // 10)
     found = observe.CpuAccounting.between(before, after, cpus=2)
     assert found["others_on_cpus_s"] == pytest.approx(0.3, abs=2 / TICK)
     assert found["others_on_cpus_share"] == pytest.approx(0.15, abs=1 / TICK)
     assert found["platform_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
     assert found["steal_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
-    # the visible others by name (any CPU); one that used nothing is not named
+    # the others seen on the launch's CPUs by name; one that used nothing, or ran elsewhere, is not named
     assert list(found["others_seen"]) == ["editor"]
 
 

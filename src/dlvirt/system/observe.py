@@ -285,48 +285,50 @@ class CpuAccounting:
             pid = todo.pop()
             own.add(pid)
             todo += children.get(pid, [])
-        whose: dict[str, dict[str, int]] = {"own": {}, "platform": {}, "other": {}}
+        # the launch's: pid:start -> ticks; the platform's and others': pid:start -> (ticks, whether it
+        # last ran on the launch's CPUs, its name)
+        launch: dict[str, int] = {}
+        whose: dict[str, dict[str, tuple[int, bool, str]]] = {"platform": {}, "other": {}}
         for (pid, start), proc in processes.items():
             key = f"{pid}:{start}"
             if pid in own:
                 # a reaped child's time moves into its parent's cutime/cstime: counting both keeps the
                 # launch's total whole when a descendant ends during the repetition
-                whose["own"][key] = proc.ticks + proc.children
-            elif pid in self.ancestors or proc.kernel or self.platform_owns_visible:
-                # with the CPU it last ran on: only what it ran on the launch's CPUs counts (``between``)
-                whose["platform"][f"{key}:{int(proc.processor in self.cpus)}"] = proc.ticks
+                launch[key] = proc.ticks + proc.children
             else:
-                whose["other"][f"{key}:{proc.comm}"] = proc.ticks
+                platform = pid in self.ancestors or proc.kernel or self.platform_owns_visible
+                whose["platform" if platform else "other"][key] = (proc.ticks, proc.processor in self.cpus, proc.comm)
         return {"monotonic_s": time.monotonic(),
                 "busy": sum(sum(t[:3]) for t in per_cpu.values()),
-                "steal": sum(t[7] for t in per_cpu.values() if len(t) > 7), **whose}
+                "steal": sum(t[7] for t in per_cpu.values() if len(t) > 7), "own": launch, **whose}
 
     @staticmethod
     def between(before: dict[str, Any], after: dict[str, Any], cpus: int) -> dict[str, Any]:
         """A repetition's accounting from two ``snapshot()``s: others' seconds and share of the
         launch's CPUs' time, the platform's seconds there, steal there, and the three visible other
-        processes that used the most CPU (any CPU: a name to look for)."""
+        processes that used the most CPU while last seen on those CPUs (names to look for)."""
         tick = os.sysconf("SC_CLK_TCK")
 
-        def grown(whose: str) -> dict[str, int]:
-            return {key: ticks - before[whose].get(key, 0) for key, ticks in after[whose].items()}
+        def on_cpus(whose: str) -> list[tuple[int, str]]:
+            """What each process ran meanwhile, where it was last seen on the launch's CPUs (exact for
+            per-CPU kernel threads and pinned processes; one that moved counts where it was found last)."""
+            ran = []
+            for key, (ticks, on, name) in after[whose].items():
+                earlier = before[whose].get(key)
+                if on:
+                    ran.append((max(0, ticks - (earlier[0] if earlier else 0)), name))
+            return ran
 
         # the launch's: every process of it before and after (one that ended is in its parent's total)
         own = sum(after["own"].values()) - sum(before["own"].values())
-        # the platform's: what each of its processes ran meanwhile, where it last ran on the launch's
-        # CPUs (exact for the per-CPU kernel threads; one that moved counts where it was found last)
-        last: dict[str, int] = {}
-        for key, ticks in before["platform"].items():
-            last[key.rsplit(":", 1)[0]] = ticks
-        platform = sum(max(0, ticks - last.get(key.rsplit(":", 1)[0], 0))
-                       for key, ticks in after["platform"].items() if key.endswith(":1"))
+        platform = sum(ticks for ticks, _ in on_cpus("platform"))
         window = after["monotonic_s"] - before["monotonic_s"]
         # never more than the CPUs had: the counters tick at other instants than the window's clock
         others = min(max(0, after["busy"] - before["busy"] - own - platform), round(window * cpus * tick))
         by_name: collections.Counter[str] = collections.Counter()
-        for key, ticks in grown("other").items():
+        for ticks, name in on_cpus("other"):
             if ticks > 0:
-                by_name[key.split(":", 2)[2]] += ticks
+                by_name[name] += ticks
         return {"window_s": round(window, 4), "others_on_cpus_s": others / tick,
                 "others_on_cpus_share": others / tick / (window * cpus) if window > 0 and cpus else None,
                 "platform_on_cpus_s": platform / tick, "steal_on_cpus_s": (after["steal"] - before["steal"]) / tick,
