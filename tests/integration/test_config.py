@@ -30,6 +30,17 @@ def test_a_study_this_host_cannot_run_stops_in_one_line(workflow_dir):
     assert "Traceback" not in proc.stderr + proc.stdout and not (workflow_dir / "results" / "summary.csv").exists()
 
 
+def test_a_figure_this_host_cannot_measure_plans_no_benchmark(workflow_dir):
+    """fig4b (IC on a GPU) on a host without one, fig11 without edge hosts: the figure and the plan only."""
+    from dlvirt.system.hostinfo import capabilities
+
+    if capabilities().gpus:
+        pytest.skip("this host has a GPU: fig4b measures")
+    for figure in ("fig4b", "fig11"):
+        proc = snakemake(workflow_dir, "-n", figure)
+        assert "benchmark" not in proc.stdout and "figure" in proc.stdout, proc.stdout
+
+
 def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
     proc = snakemake(workflow_dir, "-n", "--configfile", "config/paper.yaml", "--config", "host_check=false")
     assert "left out BM/" not in proc.stderr

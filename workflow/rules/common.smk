@@ -139,7 +139,13 @@ ENGINE_STATE_DIR = "resources/engines"
 FIGURES = {
     spec.id: {
         "notebook": f"notebooks/{spec.notebook_name}.ipynb",
-        "summaries": [SUMMARY_FILE.format(tool=spec.tool, app=app) for app in spec.apps],
+        # only the summaries of rows the plan measures (or an edge host may; an edge figure only those): a
+        # figure nothing here measures builds no benchmark and draws "not measured" from the plan's reasons
+        "summaries": [
+            SUMMARY_FILE.format(tool=spec.tool, app=app)
+            for app in spec.apps
+            if config.get("hosts") or (not spec.edge and PLAN.measures(spec.tool, app, spec.processors))
+        ],
         "parameters": spec.parameters,
     }
     for spec in FIGURE_SPECS

@@ -73,6 +73,10 @@ class Plan:
     def round(self, replicate: int) -> list[Job]:
         return [job for job in self.jobs if job.replicate == replicate]
 
+    def measures(self, tool: str, app: str, processors: tuple[str, ...]) -> bool:
+        """Does the plan have a job of ``tool`` and ``app`` on one of ``processors``?"""
+        return any(job.tool == tool and job.app == app and job.scenario.processor in processors for job in self.jobs)
+
     def jobs_of(self, tool: str, app: str | None = None) -> list[Job]:
         """The jobs of ``tool`` (and ``app``, where given), in planned order."""
         return [job for job in self.jobs if (job.tool, job.app if app else None) == (tool, app)]
