@@ -37,6 +37,8 @@ onstart:
     # Job work directories only where every job runs here: a cluster node's job may outlive us.
     work_roots = ["--work-roots", "results", "resources"] if workflow.local_exec else []
     dlvirt_command("cleanup", "--settings", json.dumps(config["platforms"]), *work_roots)
+    # What else keeps this host busy: launches sharing their CPUs with it run again (study.interference).
+    dlvirt_command("background-load", "--settings", json.dumps(config["study"]["interference"]))
 
 
 # Release the engines; one dlvirt started stops once no other workflow uses it.

@@ -171,6 +171,14 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_background_load(args: argparse.Namespace) -> int:
+    from dlvirt.plan.estimate import background_line
+    from dlvirt.system.observe import background_load
+
+    print(background_line(background_load(args.sample_s), _json_arg(args, "settings")), flush=True)
+    return 0
+
+
 def _cmd_engines(args: argparse.Namespace) -> int:
     from dlvirt.platforms import platform_class
     from dlvirt.system import engines
@@ -268,10 +276,11 @@ def _design_inputs(args: argparse.Namespace, records: list[Any]) -> Any:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.plan import design
-    from dlvirt.plan.estimate import adaptive_count, estimate, read_records, report
+    from dlvirt.plan.estimate import adaptive_count, background_line, estimate, read_records, report
     from dlvirt.plan.planner import expand
     from dlvirt.run.tools import primary
     from dlvirt.system.hostinfo import capabilities
+    from dlvirt.system.observe import background_load
 
     if not (args.estimate or args.design):  # results/plan.json is the workflow's own plan (rule study_plan)
         raise UsageError("plan: --estimate or --design [FILE ...] is needed (the workflow writes results/plan.json "
@@ -280,6 +289,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = expand(config, capabilities() if config["host_check"] else None)
     records = read_records(Path(args.runs))
     if args.estimate:
+        print(background_line(background_load(), config["study"]["interference"]))
         print(report(config, estimate(config, plan, records), len(records)))
     if args.design:
         inputs = _design_inputs(args, records)
@@ -454,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-roots", nargs="*", default=[],
                    help="folders whose stale job work directories (.work-<run id>-*) to remove")
     p.set_defaults(func=_cmd_cleanup)
+
+    p = sub.add_parser("background-load", help="print the host's background load: the cores other processes kept "
+                                               "busy over a short sample (the workflow's start prints it)")
+    p.add_argument("--settings", required=True, help="the config's study.interference section as JSON")
+    p.add_argument("--sample-s", type=float, default=1.0, help="how long to sample (s)")
+    p.set_defaults(func=_cmd_background_load)
 
     p = sub.add_parser("engines", help="start (up) the engines the platforms need, or release (down) "
                                        "those recorded, stopping what dlvirt started once nobody uses it")

@@ -43,6 +43,8 @@ def test_estimate_of_the_paper_matrix_from_this_hosts_runs(tmp_path, monkeypatch
     # another platform from bare metal, saying so; a GPU never from a CPU
     assert "from BM/2/PIN/CPU, scaled by cores; CN's own overhead not counted" in lines["CN/2/VNL/CPU"]
     assert "nothing comparable measured" in lines["BM/2/PIN/GPU"]
+    # the host's background load first: what else kept its cores busy over a short sample
+    assert out.startswith("host background load: other processes kept ")
     total = out.splitlines()[-1]
     assert total.startswith("total: fixed ") and "adaptive" in total and "unknown" in total
 

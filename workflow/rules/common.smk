@@ -270,6 +270,7 @@ def benchmark_spec(job):
         "warmup_repetitions": warmups_for(config["study"], job.app, job.tool),
         "warmup_tolerance": config["study"]["warmup_tolerance"],
         "warmup_share": config["study"]["warmup_share"],
+        "interference": config["study"]["interference"],
         "threads": config["harness"]["threads"],
         "pipeline": config["harness"]["pipeline"],
         "timeout_s": config["harness"]["timeout_s"],

@@ -206,6 +206,13 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "throttled_pct": throttled_pct(runs),
         "throttled_s": telemetry("throttled_s"),
         "steal_pct": telemetry("steal_pct"),
+        "others_on_cpus_cores": mean_of([r.telemetry["others_on_cpus_s"] / r.telemetry["window_s"] for r in runs
+                                         if r.telemetry and r.telemetry.get("others_on_cpus_s") is not None
+                                         and r.telemetry.get("window_s")]),
+        # the marks the runner set by the threshold (run.interference); unmarked results: NaN
+        "disturbed_share": mean_of([float(r.telemetry["disturbed"]) for r in runs
+                                    if r.telemetry and r.telemetry.get("disturbed") is not None]),
+        "reruns": sum(len(result.interference["attempts"]) - 1 for result in results if result.interference),
         "ctx_switches": mean_of([r.telemetry["voluntary_ctx"] + r.telemetry["involuntary_ctx"]
                                  for r in runs if r.telemetry]),
         "major_faults": telemetry("major_faults"),

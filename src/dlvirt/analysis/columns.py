@@ -94,6 +94,14 @@ SUMMARY: tuple[Column, ...] = KEY + (
            "CFS periods throttled per 100 periods (NaN without a quota; 0 when no period ended)"),
     Column("throttled_s", "float", "mean CFS throttled time per repetition (s)"),
     Column("steal_pct", "float", "mean steal time, % of the repetition (inside a guest)"),
+    Column("others_on_cpus_cores", "float",
+           "mean cores that processes other than the launch's and its platform's took on the launch's own CPUs "
+           "during a counted repetition (docs/measurement.md, Interference; a guest's: its vCPUs, its own view); "
+           "NaN in older results"),
+    Column("disturbed_share", "float",
+           "share of the counted repetitions disturbed: others took more than study.interference.disturbed_above "
+           "of their CPUs' time (those the rerun rule left in, marked); NaN where not judged (guests, older results)"),
+    Column("reruns", "int", "launch attempts the rerun rule (study.interference) discarded and ran again"),
     Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
     Column("major_faults", "float",
            "mean major page faults per repetition (pages read from disk, e.g. weights a memory limit evicted; "

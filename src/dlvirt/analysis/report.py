@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from dlvirt.analysis.catalog import BY_ID, E2E_TOOL, FigureSpec
+from dlvirt.analysis import interference
+from dlvirt.analysis.catalog import BY_ID, E2E_TOOL, FIGURES, FigureSpec
 from dlvirt.analysis.claims import PART_COLUMNS
 from dlvirt.analysis.claims.study import MIN_LAUNCHES
 from dlvirt.analysis.claims.verdicts import ALPHA
@@ -146,6 +147,20 @@ def claim_parts(claim: dict[str, Any]) -> list[dict[str, str]]:
              "n": columns["launches"][i], "outcome": columns["outcome"][i]} for i in range(len(columns["part"]))]
 
 
+def _claim_rows(claim_id: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows the figures a claim bears on draw: what its verdict read."""
+    parts = [_rows_for(spec, frame) for spec in FIGURES if claim_id in spec.claims]
+    parts = [part for part in parts if not part.empty]
+    return pd.concat(parts).drop_duplicates(subset=["tool", "app", "scenario", "site"]) if parts else frame.iloc[0:0]
+
+
+def _claims(claims: pd.DataFrame, frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The claims table's rows, each with why interference may have decided an inconclusive one (or None)."""
+    return [{**row, "parts": claim_parts(row),
+             "interference": interference.claim_note(row["verdict"], _claim_rows(row["id"], frame))}
+            for row in claims.to_dict("records")]
+
+
 def _provenance(frame: pd.DataFrame) -> list[dict[str, str]]:
     if frame.empty:
         return []
@@ -260,6 +275,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
     ran = (frame.groupby(["tool", "app"])["scenario"].apply(lambda s: ", ".join(sorted(s))).reset_index()
            if not frame.empty else pd.DataFrame())
     entries = _figure_entries(figures, frame, study, claims_table)
+    records = read_run_records(runs)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     return env.get_template(TEMPLATE.name).render(
@@ -284,13 +300,14 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
             ("engines", _engines(facts.get("engines"))),
             ("in a container", "yes" if facts.get("in_container") else "no"),
             ("itself virtualized", host_virtualization(facts) or "no (or not recorded)"),
+            ("other processes on the benchmark's CPUs", interference.host_words(frame, records)),
         ],
         packages=sorted((facts.get("packages") or {}).items()),
         python=facts.get("python"),
         provenance=_provenance(frame),
         synthetic=bool(not frame.empty and (frame["dataset_source"].astype(str) != "real").any()),
         random_weights=bool(not frame.empty and (frame["weights"].astype(str) == "random").any()),
-        claims=[{**c, "parts": claim_parts(c)} for c in claims_table.to_dict("records")],
+        claims=_claims(claims_table, frame),
         alpha=ALPHA,
         min_launches=MIN_LAUNCHES,
         figures=[e for e in entries if not e["phases"] and not e["id"].startswith("latency_")],

@@ -32,8 +32,16 @@ def launch_machine_s(record: JobResult) -> float:
     """What one launch cost, as measured: its total (``launch_s``); for older results its warm-ups and
     repetitions from start to finish, plus its model load and boot."""
     if record.launch_s is not None:
-        return record.launch_s["total_s"]
+        return record.launch_s["total_s"] + rerun_s(record)
     return launch_overhead_s(record) + sum(repetition_s(r) for r in [*record.warmups, *record.runs])
+
+
+def rerun_s(record: JobResult) -> float:
+    """The machine time of the attempts the rerun rule replaced (``JobResult.interference``; 0: none)."""
+    account = record.interference
+    if not account:
+        return 0.0
+    return float(sum(a["total_s"] for a in account["attempts"] if a["attempt"] != account["kept"]))
 
 
 def launch_cost_s(record: JobResult) -> float:

@@ -186,6 +186,9 @@ class JobSpec(Record):
     # a Unix socket where the launch takes turns with another process on its CPUs before each
     # repetition (dlvirt.run.turns; benchmarks/scaling.py); bare metal only. None: it does not
     turns: str | None = None
+    # the rerun rule (run.interference, study.interference): {disturbed_above, reruns}; None: older specs,
+    # neither marked nor run again
+    interference: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,15 +216,20 @@ class HarnessJob(Record):
     warmup_share: float = 1.0
     weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256
     turns: str | None = None  # JobSpec.turns
+    # a virtualised platform: every process the harness sees besides its own is the platform's
+    # (observe.CpuAccounting); on bare metal only its ancestors and kernel threads are
+    platform_owns_visible: bool = False
 
     @classmethod
-    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str, weights: dict[str, Any] | None = None) -> HarnessJob:
+    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str, weights: dict[str, Any] | None = None,
+           platform_owns_visible: bool = False) -> HarnessJob:
         return cls(tool=spec.tool, app=spec.app, scenario=spec.scenario, scenario_name=spec.scenario.name,
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
                    pipeline=spec.pipeline, warmup_tolerance=spec.warmup_tolerance,
-                   warmup_share=spec.warmup_share, weights=weights, turns=spec.turns)
+                   warmup_share=spec.warmup_share, weights=weights, turns=spec.turns,
+                   platform_owns_visible=platform_owns_visible)
 
 
 @dataclass(frozen=True)
@@ -326,6 +334,10 @@ class JobResult(Record):
     # framework's one-time set-up, App.first_call); startup_overlap_s: what the start-up, timed across
     # clocks, overlapped the harness's parts and was taken off it. Absent in older results.
     launch_s: dict[str, float] | None = None
+    # The rerun rule's account (run.interference.account): the threshold and reruns allowed, each
+    # attempt's disturbed repetitions and others' CPU, which attempt is this record's and why the
+    # others were run again; absent in older results and where the spec had no rule
+    interference: dict[str, Any] | None = None
 
 
 # A run record's place: <runs>/<tool>/<app>/<platform>/<cores>/<pinning>/<processor>/<replicate>.json

@@ -177,3 +177,17 @@ def report(config: dict[str, Any], estimates: list[JobEstimate], records: int) -
                  f"adaptive {hours(total['adaptive_s'] or 0.0)}"
                  f"{f'; {unknown} scenario(s) unknown (nothing comparable measured)' if unknown else ''}")
     return "\n".join(lines)
+
+
+def background_line(load: dict[str, Any], rule: dict[str, Any]) -> str:
+    """The host's background load (``observe.background_load``) in words, beside what the rerun rule
+    (``study.interference``) will do with it."""
+    seen = ", ".join(f"{name} {seconds:g} s" for name, seconds in load["others_seen"].items())
+    line = (f"host background load: other processes kept {load['others_cores']:.2f} of {load['cpus']} cores busy "
+            f"over a {load['sample_s']:.1f} s sample" + (f" (busiest: {seen})" if seen else ""))
+    # as a share of one core: a 1-core launch on a CPU the load reaches is disturbed above it
+    if load["others_cores"] > rule["disturbed_above"]:
+        return (f"{line}; above study.interference.disturbed_above ({rule['disturbed_above']:.0%} of a launch's CPUs' "
+                f"time): launches that share their CPUs with it run again (at most {rule['reruns']} times each) "
+                "and are marked if still disturbed; for a decision, run the study on a quiet host")
+    return f"{line}: quiet enough (study.interference.disturbed_above {rule['disturbed_above']:.0%})"

@@ -1,7 +1,8 @@
 """Host side of one benchmark job: provision the platform, run every repetition, verify, tear down.
 
 The result file is written only after every repetition ran and every observation matched the
-request, and atomically, so a failed or interrupted job leaves no result behind.
+request, and atomically, so a failed or interrupted job leaves no result behind. A launch that
+shared its CPUs with other processes runs again first, by the rule of ``dlvirt.run.interference``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dlvirt.core.owner import new_run_id
 from dlvirt.core.records import HarnessJob, HarnessOutput, JobResult, JobSpec, Repetition
 from dlvirt.core.signals import stop_on_signals
 from dlvirt.platforms import platform_class
-from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
+from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, require_verified
+from dlvirt.run import interference
 from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
@@ -93,6 +95,34 @@ def launch_split(harness: HarnessOutput, startup_s: float | None, total_s: float
             "weights_check_s": round(weights_check_s, 4), "first_call_s": round(timeline["first_call_s"], 4)}
 
 
+def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path, run_id: str, started: float,
+             weights_check_s: float) -> tuple[HarnessOutput, Expected, dict[str, Any], dict[str, float] | None]:
+    """One launch of ``job`` on a platform of its own in ``workdir``, verified: its harness output,
+    what it was verified against, the platform's description and the launch's split (``launch_split``
+    from ``started``)."""
+    scenario = spec.scenario
+    # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
+    settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
+    print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
+    with cls(scenario, settings, workdir, run_id) as platform:
+        run_started = time.time()
+        harness = platform.run(job, timeout_s=float(spec.timeout_s))
+        in_run = platform.startup_s(harness, run_started)
+        expected = platform.expected()
+        # analysis tells bare metal from the rest by this, without importing a platform
+        described = {**platform.describe(), "virtualised": cls.kind.virtualised}
+    # start-up: the weights check and provisioning, then what the platform timed of its run
+    startup = None if in_run is None else run_started - started + in_run
+    launch = launch_split(harness, startup, time.time() - started, weights_check_s)
+    require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
+    stop = (harness.repetitions or {}).get("stop")
+    wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
+                   or warmup_problem(spec.warmup_repetitions, len(harness.warmups)))
+    if wrong_count:
+        raise VerificationError(wrong_count)
+    return harness, expected, described, launch
+
+
 def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     """Run one job described by ``spec`` (built by the workflow) and write ``output``."""
     stop_on_signals()
@@ -111,37 +141,43 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
         # the weights resource, checked against its checksum file here, before any platform exists
         weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
         weights_check_s = time.time() - started
-        job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights)
-        # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
-        settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
-        print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
-        with cls(scenario, settings, workdir, run_id) as platform:
-            run_started = time.time()
-            harness = platform.run(job, timeout_s=float(spec.timeout_s))
-            in_run = platform.startup_s(harness, run_started)
-            expected = platform.expected()
-            # analysis tells bare metal from the rest by this, without importing a platform
-            described = {**platform.describe(), "virtualised": cls.kind.virtualised}
-        # start-up: the weights check and provisioning, then what the platform timed of its run
-        startup = None if in_run is None else run_started - started + in_run
-        launch = launch_split(harness, startup, time.time() - started, weights_check_s)
-        require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
-        stop = (harness.repetitions or {}).get("stop")
-        wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
-                       or warmup_problem(spec.warmup_repetitions, len(harness.warmups)))
-        if wrong_count:
-            raise VerificationError(wrong_count)
+        job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights,
+                            platform_owns_visible=cls.kind.virtualised)
+        rule = spec.interference
+        attempts: list[dict[str, Any]] = []  # the rerun rule's account (run.interference)
+        while True:
+            # each attempt in a directory of its own: a discarded one's outputs are never published
+            attempt_dir = workdir / f"attempt-{len(attempts) + 1}"
+            harness, expected, described, launch = _attempt(cls, spec, job, attempt_dir, run_id, started,
+                                                            weights_check_s if not attempts else 0.0)
+            runs = harness.runs
+            if rule is None or not interference.judged(runs):
+                break
+            runs = interference.marked(runs, rule["disturbed_above"])
+            attempts.append(interference.attempt(len(attempts) + 1, runs, time.time() - started))
+            if not interference.run_again(attempts[-1], rule):
+                if attempts[-1]["disturbed"]:
+                    print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
+                          f"{interference.why(attempts[-1], rule)}; kept, marked disturbed (no rerun left of "
+                          f"{rule['reruns']}, study.interference)", flush=True)
+                break
+            print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
+                  f"{interference.why(attempts[-1], rule)}; running it again (at most {rule['reruns']} rerun(s), "
+                  "study.interference)", flush=True)
+            shutil.rmtree(attempt_dir, ignore_errors=True)  # a guest's disk, a container's outputs: gone now
+            started = time.time()
         result = JobResult(
             tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
             replicate=spec.replicate,
             expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
-            slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=harness.runs, warmups=harness.warmups,
+            slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=runs, warmups=harness.warmups,
             repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
             versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
             placement=placement_record(described, harness.runs),
             # the harness's code measured; the runner's provisioned and verified (normally the same)
-            code=harness.code, runner_code=code_version(), launch_s=launch)
-        publish_result(result, output, workdir / "out", loadgen_dir)
+            code=harness.code, runner_code=code_version(), launch_s=launch,
+            interference=interference.account(rule, attempts) if rule is not None and attempts else None)
+        publish_result(result, output, attempt_dir / "out", loadgen_dir)
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,87 @@
+"""Launches that shared their CPUs with other processes, and the rule that runs them again
+(``study.interference``).
+
+A counted repetition is *disturbed* when other processes took more than ``disturbed_above`` of its
+CPUs' time while it ran (``others_on_cpus_share``: ``observe.CpuAccounting`` says whose time counts
+as the launch's, the platform's or others'), and more than the accounting's own resolution
+(``observe.ACCOUNTING_TICKS`` ticks). A launch with a disturbed counted repetition is run again
+in the same job, so in the same round, at most ``reruns`` times; the last attempt is the one
+recorded, marked when it is still disturbed. The rule reads only that outside signal, never a
+measured time, and is the same for every scenario it can judge: bare metal's and a container's,
+whose harness runs on this host's kernel. A guest's is not judged (``judged``), so a contrast of a
+guest row with a judged one keeps the guest side's interference (docs/measurement.md). A discarded
+attempt leaves nothing a reader could take for a launch: only the job's one result file, written
+last, is read (``runner.publish_result``); its account (``account``) stays in that record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from dlvirt.core.records import Repetition
+from dlvirt.system.observe import ACCOUNTING_TICKS, boot_id
+
+
+def judged(runs: list[Repetition]) -> bool:
+    """Can the rule judge these repetitions: did the harness run on this host's kernel (bare metal,
+    a container)? A guest's own kernel sees only the guest: the host's other processes on its
+    vCPUs' host CPUs show there as steal, mixed with QEMU's own threads, so its launches are not judged."""
+    return bool(runs) and runs[0].observed.get("boot_id") == boot_id()
+
+
+def disturbed(telemetry: dict[str, Any] | None, above: float) -> bool | None:
+    """Did other processes take more than ``above`` of the repetition's CPUs' time (None: not measured)?"""
+    if not telemetry or telemetry.get("others_on_cpus_share") is None:
+        return None
+    return bool(telemetry["others_on_cpus_share"] > above
+                and telemetry["others_on_cpus_s"] > ACCOUNTING_TICKS / os.sysconf("SC_CLK_TCK"))
+
+
+def marked(runs: list[Repetition], above: float) -> list[Repetition]:
+    """``runs`` with ``telemetry.disturbed`` set by the threshold (left out where not measured)."""
+    out = []
+    for run in runs:
+        verdict = disturbed(run.telemetry, above)
+        out.append(run if verdict is None or run.telemetry is None
+                   else dataclasses.replace(run, telemetry={**run.telemetry, "disturbed": verdict}))
+    return out
+
+
+def attempt(number: int, runs: list[Repetition], total_s: float) -> dict[str, Any]:
+    """One attempt's entry in the account: how many of its counted repetitions were disturbed, the
+    most of their CPUs' time others took, and the names of the others seen."""
+    shares = [r.telemetry["others_on_cpus_share"] for r in runs
+              if r.telemetry and r.telemetry.get("others_on_cpus_share") is not None]
+    seen: dict[str, float] = {}
+    for run in runs:
+        for name, seconds in ((run.telemetry or {}).get("others_seen") or {}).items():
+            seen[name] = round(seen.get(name, 0.0) + seconds, 2)
+    return {"attempt": number, "counted": len(runs),
+            "disturbed": sum(bool((r.telemetry or {}).get("disturbed")) for r in runs),
+            "others_share_max": round(max(shares), 4) if shares else None,
+            "others_seen": dict(sorted(seen.items(), key=lambda kv: -kv[1])[:3]), "total_s": round(total_s, 4)}
+
+
+def run_again(entry: dict[str, Any], rule: dict[str, Any] | None) -> bool:
+    """The rule: run the launch again when an attempt had a disturbed counted repetition and fewer
+    than ``reruns`` reruns have been made."""
+    return rule is not None and entry["disturbed"] > 0 and entry["attempt"] <= int(rule["reruns"])
+
+
+def why(entry: dict[str, Any], rule: dict[str, Any]) -> str:
+    """Why an attempt was run again (or, the last, is marked), in words."""
+    seen = ", ".join(f"{name} {seconds:g} s" for name, seconds in entry["others_seen"].items()) or "none visible"
+    return (f"{entry['disturbed']} of {entry['counted']} counted repetitions shared their CPUs with other processes "
+            f"beyond {rule['disturbed_above']:.0%} of their time (at most {entry['others_share_max']:.0%}; "
+            f"other processes seen: {seen})")
+
+
+def account(rule: dict[str, Any], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run record's ``interference``: the rule, every attempt (the last is the record's) with
+    why each earlier one was run again, and whether the recorded one is still disturbed."""
+    entries = [{**entry, "why": why(entry, rule)} if entry["disturbed"] else entry for entry in attempts]
+    return {"disturbed_above": rule["disturbed_above"], "reruns": rule["reruns"], "attempts": entries,
+            "kept": attempts[-1]["attempt"], "disturbed": attempts[-1]["disturbed"] > 0}
+

@@ -1,0 +1,218 @@
+"""Interference: whose time the launch's own CPUs gave during a repetition (the launch's, its
+platform's, other processes'), the rerun rule for disturbed launches, and a real competing
+process pinned onto a real BM launch's CPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import NOOP_SETTINGS, noop_job_spec
+from dlvirt.analysis.aggregate import summarise_launches
+from dlvirt.cli import main
+from dlvirt.core.machinetime import launch_machine_s
+from dlvirt.core.records import JobResult, Repetition
+from dlvirt.run import interference
+from dlvirt.system import cgroups, observe, topology
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def snapshot(busy: int, own: dict[str, int], platform: dict[str, tuple[int, bool, str]],
+             other: dict[str, tuple[int, bool, str]], at: float, steal: int = 0) -> dict:
+    return {"monotonic_s": at, "busy": busy, "steal": steal, "own": own, "platform": platform, "other": other}
+
+
+def test_others_time_is_the_cpus_busy_time_less_the_launchs_and_the_platforms():
+    # the platform's and others' processes: pid:start -> (ticks, last seen on the launch's CPUs, name)
+    before = snapshot(1000, {"10:1": 300}, {"2:0": (50, True, "kworker/0"), "7:3": (20, True, "dlvirt")},
+                      {"99:5": (10, True, "editor"), "98:5": (10, False, "far")}, at=0.0)
+    # 2 CPUs for 1 s = 2 * TICK ticks; busy grew by TICK: the launch 0.6 TICK, the platform 0.1 TICK
+    # (the process that moved off the launch's CPUs is not counted), others 0.3 TICK
+    after = snapshot(1000 + TICK, {"10:1": 300 + int(0.6 * TICK)},
+                     {"2:0": (50 + int(0.1 * TICK), True, "kworker/0"), "7:3": (90, False, "dlvirt")},
+                     {"99:5": (10 + int(0.3 * TICK), True, "editor"), "120:9": (0, True, "agent"),
+                      "98:5": (10 + TICK, False, "far")}, at=1.0, steal=TICK // 10)
+    found = observe.CpuAccounting.between(before, after, cpus=2)
+    assert found["others_on_cpus_s"] == pytest.approx(0.3, abs=2 / TICK)
+    assert found["others_on_cpus_share"] == pytest.approx(0.15, abs=1 / TICK)
+    assert found["platform_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
+    assert found["steal_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
+    # the others seen on the launch's CPUs by name; one that used nothing, or ran elsewhere, is not named
+    assert list(found["others_seen"]) == ["editor"]
+
+
+def test_a_launch_process_that_ended_keeps_its_time_in_the_launchs():
+    """A child that ended and was reaped moved its time into its parent's cutime/cstime: the
+    launch's total stays whole, so its time is not taken for others'."""
+    before = snapshot(0, {"10:1": 100, "11:2": 40}, {}, {}, at=0.0)
+    # 10 ran 50 ticks more; 11 ran 40 more, ended, and its 80 moved into 10's cutime/cstime
+    after = snapshot(90, {"10:1": 100 + 50 + 80}, {}, {}, at=1.0)
+    assert observe.CpuAccounting.between(before, after, cpus=1)["others_on_cpus_s"] == 0
+
+
+def test_this_process_and_its_child_count_as_the_launchs_and_a_stranger_as_others():
+    accounting = observe.CpuAccounting(sorted(os.sched_getaffinity(0)), platform_owns_visible=False)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        found = accounting.snapshot()
+        own = {key.split(":")[0] for key in found["own"]}
+        assert {str(os.getpid()), str(child.pid)} <= own
+        assert str(os.getppid()) not in {key.split(":")[0] for key in found["other"]}  # an ancestor: the platform's
+        virtualised = observe.CpuAccounting(list(accounting.cpus), platform_owns_visible=True).snapshot()
+        assert not virtualised["other"]  # in a container or guest every visible process is the launch's or platform's
+    finally:
+        child.kill()
+        child.wait()
+
+
+def repetition(share: float | None, seconds: float = 0.5) -> Repetition:
+    telemetry = {} if share is None else {"others_on_cpus_share": share, "others_on_cpus_s": seconds,
+                                          "window_s": 1.0, "others_seen": {"agent": seconds}}
+    return Repetition(repetition=0, e2e_s=1.0, phases={}, samples=1, batches=1, samples_per_s=1.0, observed={},
+                      threads={}, quality={}, started_utc="2026-12-06T00:00:00+00:00",
+                      finished_utc="2026-12-06T00:00:01+00:00", telemetry=telemetry)
+
+
+def test_a_repetition_is_disturbed_above_the_threshold_and_above_the_accountings_resolution():
+    rule = {"disturbed_above": 0.05, "reruns": 2}
+    assert interference.disturbed(repetition(0.2).telemetry, 0.05) is True
+    assert interference.disturbed(repetition(0.05).telemetry, 0.05) is False
+    # a tick or two on a short repetition is the accounting's own noise, not a neighbour
+    assert interference.disturbed(repetition(0.5, seconds=1 / TICK).telemetry, 0.05) is False
+    assert interference.disturbed(repetition(None).telemetry, 0.05) is None
+    runs = interference.marked([repetition(0.2), repetition(0.01), repetition(None)], 0.05)
+    assert [(r.telemetry or {}).get("disturbed") for r in runs] == [True, False, None]
+    first = interference.attempt(1, runs, total_s=10.0)
+    assert (first["counted"], first["disturbed"], first["others_share_max"]) == (3, 1, 0.2)
+    # run again while disturbed, at most reruns times; a quiet attempt ends it
+    assert interference.run_again(first, rule)
+    assert not interference.run_again({**first, "attempt": 3}, rule)
+    assert not interference.run_again({**first, "disturbed": 0}, rule)
+    assert not interference.run_again(first, None)
+    account = interference.account(rule, [first, {**first, "attempt": 2, "disturbed": 0}])
+    assert account["kept"] == 2 and not account["disturbed"]
+    assert "1 of 3 counted repetitions shared their CPUs" in account["attempts"][0]["why"]
+    assert "why" not in account["attempts"][1]
+
+
+BUSY = "dlvirt-busy"  # the competing process's name (/proc/<pid>/comm)
+
+
+def busy_process(cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    """A process that keeps ``cpus`` busy, named BUSY, started and left to the caller to end."""
+    code = ("import ctypes, os\n"
+            f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
+            f"os.sched_setaffinity(0, {set(cpus)!r})\n"
+            "while True:\n    pass\n")
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+@pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")
+def test_a_busy_process_on_the_launchs_cpu_is_seen_and_the_launch_runs_again(tmp_path, noop_dataset):
+    """A real BM launch of the noop app (BM/1/PIN) beside a real process pinned onto the CPU the
+    launch gets: every counted repetition sees it by name and as others' time on its CPU, the rule
+    runs the launch again up to its reruns, and the last attempt stays, marked, with the account."""
+    cpus = topology.place(topology.read(), 1, topology.DEFAULT_POLICY, tuple(sorted(os.sched_getaffinity(0)))).cpus
+    # repetitions of a few tenths of a second: many scheduler ticks each
+    loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": 20000}
+    rule = {"disturbed_above": 0.05, "reruns": 1}
+    spec = noop_job_spec(noop_dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
+                         interference=rule)
+    run = tmp_path / "runs" / "1.json"
+    busy = busy_process(cpus)
+    try:
+        assert main(["bench", "--spec", json.dumps(spec), "--output", str(run),
+                     "--loadgen-dir", str(tmp_path / "loadgen")]) == 0
+    finally:
+        busy.kill()
+        busy.wait()
+    record = JobResult.read(run)
+    assert record.runs[0].observed["affinity"] == list(cpus)
+    for rep in record.runs:
+        # the launch's one CPU, shared with a process that never sleeps: others took a good part of it
+        assert rep.telemetry["others_on_cpus_share"] > 0.2 and BUSY in rep.telemetry["others_seen"]
+        assert rep.telemetry["disturbed"] is True
+    account = record.interference
+    assert [a["attempt"] for a in account["attempts"]] == [1, 2] and account["kept"] == 2 and account["disturbed"]
+    assert all(a["disturbed"] == a["counted"] == 3 and BUSY in a["why"] for a in account["attempts"])
+    # the discarded attempt left nothing beside the record, and its machine time is counted
+    assert sorted(p.name for p in run.parent.iterdir()) == ["1.json"]
+    assert launch_machine_s(record) == pytest.approx(record.launch_s["total_s"] + account["attempts"][0]["total_s"])
+    row = summarise_launches([record])
+    assert (row["disturbed_share"], row["reruns"]) == (1.0, 1) and row["others_on_cpus_cores"] > 0.2
+    assert not pd.isna(row["mean_s"])
+
+
+def test_the_rule_adds_no_bias_and_narrows_the_intervals_when_interference_strikes():
+    """Simulated studies through the real rule, summary, model and pinning claim (seeded, a few
+    seconds): a neighbour beside 30 % of the launches, whatever their platform. At no true gain,
+    the rule keeps false "holds" within α and the claim part's mean estimate at 0, and its
+    intervals are narrower than without the rule, from the same draws."""
+    from dlvirt.analysis.claims.simulate import Design
+    from dlvirt.analysis.claims.verdicts import ALPHA, HOLDS
+    from dlvirt.analysis.interference_simulate import Neighbour, interference, outcome, template
+
+    studies, design = 24, Design(launches=3, repetitions=2)
+    without = outcome(template(design), design, 0.0, Neighbour(), 0, studies, seed=5)
+    ruled = outcome(template(design), design, 0.0, Neighbour(), 2, studies, seed=5)
+    bound = ALPHA + 3 * (ALPHA * (1 - ALPHA) / studies) ** 0.5
+    assert ruled.share(HOLDS) <= bound, ruled.verdicts
+    spread = float(pd.Series(ruled.estimates).std()) / studies ** 0.5
+    assert abs(ruled.bias()) <= 3 * spread
+    assert ruled.median_half_width() < without.median_half_width()
+    assert ruled.disturbed < without.disturbed / 4 and ruled.reruns > 0 and without.reruns == 0
+    name, _, wrong, n, alpha = interference(4, seed=1)
+    assert (name, n, alpha) == ("interference", 4, ALPHA) and 0 <= wrong <= n
+
+
+def test_the_report_says_what_share_shared_their_cores_and_when_a_claim_owes_its_verdict_to_it():
+    from dlvirt.analysis.claims.simulate import Design
+    from dlvirt.analysis.interference import claim_note, host_words
+    from dlvirt.analysis.interference_simulate import template
+
+    base = template(Design(launches=4, repetitions=2))
+    rule = {"disturbed_above": 0.05, "reruns": 2}
+
+    def launch(marks: list[bool], times: list[float], attempts: int) -> JobResult:
+        runs = [dataclasses.replace(base.runs[0], e2e_s=t, telemetry={"disturbed": m, "voluntary_ctx": 0,
+                                                                      "involuntary_ctx": 0})
+                for m, t in zip(marks, times, strict=True)]
+        entries = [{"attempt": a + 1, "counted": len(runs), "disturbed": sum(marks) if a == attempts - 1 else 1,
+                    "others_share_max": 0.3, "others_seen": {}, "total_s": 1.0} for a in range(attempts)]
+        return dataclasses.replace(base, runs=runs, interference=interference.account(rule, entries))
+
+    # 8 counted repetitions, 2 disturbed (each 21 % slower than its scenario's undisturbed ones)
+    records = [launch([False, False], [1.0, 1.0], 1), launch([True, False], [1.21, 1.0], 3),
+               launch([False, True], [1.0, 1.21], 1), launch([False, False], [1.0, 1.0], 2)]
+    row = pd.DataFrame([summarise_launches(records)])
+    assert row.loc[0, "disturbed_share"] == 0.25 and row.loc[0, "reruns"] == 3
+    words = host_words(row, records)
+    assert words.startswith("25% of counted repetitions (2 of 8) shared their CPUs with other processes beyond 5%")
+    assert "3 launch attempt(s) were run again by the rule, 2 launch(es) kept disturbed (marked)" in words
+    assert "disturbed repetitions took +21.0% against the undisturbed ones" in words
+    # an inconclusive claim whose rows were disturbed that much says so; a decided one, or quiet rows, do not
+    assert "interference, not the design" in claim_note("inconclusive", row)
+    assert claim_note("holds", row) is None
+    assert claim_note("inconclusive", row.assign(disturbed_share=0.05)) is None
+    assert host_words(row.assign(disturbed_share=float("nan")), []).startswith("not judged")
+    # a guest's row, never judged, is counted apart: it keeps what interference there was
+    guest = row.assign(disturbed_share=float("nan"), scenario="guest")
+    assert "1 row(s) not judged (a guest sees only itself" in host_words(pd.concat([row, guest]), records)
+
+
+def test_only_a_harness_on_this_hosts_kernel_is_judged():
+    """A container shares the host's kernel (its boot id); a guest boots its own and is not judged."""
+    from dlvirt.analysis.claims.simulate import Design
+    from dlvirt.analysis.interference_simulate import template
+
+    rep = template(Design(launches=2, repetitions=2)).runs[0]
+    assert interference.judged([dataclasses.replace(rep, observed={"boot_id": observe.boot_id()})])
+    assert not interference.judged([dataclasses.replace(rep, observed={"boot_id": "another kernel"})])
+    assert not interference.judged([rep]) and not interference.judged([])
