@@ -20,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlvirt.analysis.claims.simulate import Design, claim_rows, markdown, projected_alike, rates
+from dlvirt.analysis import interference_simulate
+from dlvirt.analysis.claims.simulate import Design, ErrorRow, claim_rows, markdown, projected_alike, rates
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
 from dlvirt.core.records import JobResult
 
@@ -38,6 +39,9 @@ def main() -> int:
     args = parser.parse_args()
     template = JobResult.read(TEMPLATE)
     found = [row(args.studies, args.seed + i) for i, row in enumerate(claim_rows(template))]
+    # rows of other layers' rules, each (studies, seed) → (name, what, false verdicts, studies, α)
+    others = [interference_simulate.interference]
+    found += [ErrorRow(*row(args.studies, args.seed + len(found) + i)) for i, row in enumerate(others)]
     print(markdown(found))
     if args.projection:
         print(f"\n| launches × repetitions | alike within ±{DEFAULT_MARGIN:.0%} at no gain: simulated "
