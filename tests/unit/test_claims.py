@@ -353,7 +353,8 @@ def test_write_claims_from_fixture_summary(tmp_path):
     write_claims(FIXTURES / "summaries" / "full.csv", FIXTURES / "host_full.json", plan, out)
     assert pd.read_csv(out)["format_version"].eq(2).all()
     table = read_table(out, "claims").set_index("id")
-    assert list(table.columns) == ["claim", "source", "verdict", "evidence", "test", "figures", "part", "margin",
+    assert list(table.columns) == ["claim", "source", "verdict", "reading", "evidence", "test", "figures", "part",
+                                   "margin",
                                    "ratio", "ratio_low", "ratio_high", "df", "launches", "outcome", "p_holds",
                                    "p_fails"]
     # the fixture was designed so: pinning, CN/CHR, GPU and CHR = 1 hold; MVM is 10-20 % off VM at 4
@@ -364,6 +365,23 @@ def test_write_claims_from_fixture_summary(tmp_path):
     assert table.loc["mvm_like_vm", "verdict"] == FAILS
     assert table.loc["scale_up_limit", "verdict"] == UNTESTABLE
     assert table.loc["cn_cheapest_chr1", "figures"] == "fig11"
+    # each verdict in one plain sentence, its numbers beside it
+    assert table.loc["pinning", "reading"].startswith("“Pinning lowers E2E time on each platform” holds here: ")
+    assert "beyond the −5% margin" in table.loc["pinning", "reading"]
+    assert table.loc["mvm_like_vm", "reading"].startswith("“MVM performs like VM")
+    assert table.loc["scale_up_limit", "reading"].startswith("Not testable on this host: ")
+
+
+def test_an_undecided_part_reads_as_what_the_study_could_resolve():
+    from dlvirt.analysis.claims.verdicts import reading
+
+    part = Outcome("BM", "−5%", 1.002, 0.904, 1.111, 92.0, 10, "undecided")
+    text = reading("PIN is faster", Verdict(INCONCLUSIVE, "…", parts=(part,)))
+    assert text == ("Not decided: BM +0.2% (90 % interval -9.6% to +11.1%): this study resolves only about ±10.9%, "
+                    "not enough to tell it from the margin. More launches narrow it.")
+    times = Outcome("NLP", "3×", 20.9, 18.0, 24.0, 12.0, 5, "yes")
+    assert "NLP 20.9× (90 % interval 18× to 24×), beyond the 3× margin" in reading("GPU", Verdict(HOLDS, "",
+                                                                                                 parts=(times,)))
 
 
 # -- left-out reasons ---------------------------------------------------------------------------------

@@ -126,6 +126,7 @@ def _figure_entries(figures: dict[str, Path], frame: pd.DataFrame, plan: PlanDoc
             "host": on_this_host(spec, frame, plan),
             "claims": [(c, verdicts.get(c, "?")) for c in spec.claims],
             "phases": fig_id.startswith("phases_"),
+            "measured": not _rows_for(spec, frame).empty,
         })
     return entries
 
@@ -310,10 +311,12 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         claims=_claims(claims_table, frame),
         alpha=ALPHA,
         min_launches=MIN_LAUNCHES,
-        figures=[e for e in entries if not e["phases"] and not e["id"].startswith("latency_")],
+        # a figure with no row measured here is one line of the list below the figures, not an empty frame
+        figures=[e for e in entries if e["measured"] and not e["phases"] and not e["id"].startswith("latency_")],
+        unmeasured=[e for e in entries if not e["measured"] and not e["id"].startswith("latency_")],
         latency_figures=[e for e in entries if e["id"].startswith("latency_")],
         latency_table=_html_table(latency_table(frame, study)),
-        phase_figures=[e for e in entries if e["phases"]],
+        phase_figures=[e for e in entries if e["phases"] and e["measured"]],
         phase_table=_html_table(_phase_table(frame, study)),
         drift_table=_html_table(drift_table(frame)),
         mechanism_table=_html_table(overhead_beside_mechanism(main_site(frame), study.kinds.baseline) if not frame.empty

@@ -42,6 +42,7 @@ from dlvirt.analysis.claims.verdicts import (
     UNTESTABLE,
     Verdict,
     family,
+    reading,
 )
 from dlvirt.analysis.columns import read_summary
 from dlvirt.core import formats
@@ -55,7 +56,8 @@ __all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "NEGLIGIBLE", 
 # per part, ";"-joined in the order of ``part``: margin (the bound tested), ratio (the estimate) with its
 # 90 % interval, df, launches (n) and outcome; p_holds and p_fails are the claim's, Holm across the claims
 PART_COLUMNS = ["part", "margin", "ratio", "ratio_low", "ratio_high", "df", "launches", "outcome"]
-COLUMNS = ["id", "claim", "source", "verdict", "evidence", "test", "figures", *PART_COLUMNS, "p_holds", "p_fails"]
+COLUMNS = ["id", "claim", "source", "verdict", "reading", "evidence", "test", "figures", *PART_COLUMNS, "p_holds",
+           "p_fails"]
 MODEL = ("contrast of the launch-level model log(launch mean) ~ scenario + round (+ node) per site, tool and "
          "hardware, a residual variance per platform where their spreads differ; 90 % interval of the ratio")
 FAMILY = f"Holm across the study's tested claims, family-wise α = {ALPHA:g} for each verdict"
@@ -137,7 +139,7 @@ def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
         figures = " ".join(f.id for f in FIGURES if claim.id in f.claims)
         parts = {column: ";".join(_cell(getattr(o, column)) for o in verdict.parts) for column in PART_COLUMNS}
         rows.append({"id": claim.id, "claim": claim.text, "source": claim.source, "verdict": verdict.verdict,
-                     "evidence": verdict.evidence,
+                     "reading": reading(claim.text, verdict), "evidence": verdict.evidence,
                      "test": claim.test.format(margin=f"{margin:.0%}", model=MODEL) + f"; {FAMILY}",
                      "figures": figures, **parts, "p_holds": verdict.p_holds, "p_fails": verdict.p_fails})
     return pd.DataFrame(rows, columns=COLUMNS)

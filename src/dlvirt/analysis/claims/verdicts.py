@@ -236,3 +236,46 @@ def family(verdicts: list[Verdict]) -> list[Verdict]:
         out[i] = dataclasses.replace(v, verdict=word, evidence=f"{v.evidence}; {note}", p_holds=p_holds,
                                      p_fails=p_fails, p_negligible=p_negligible)
     return out
+
+
+def _estimate(o: Outcome) -> str:
+    """A part's estimate and 90 % interval in its own terms: times for a threshold (3×), else ratio − 1."""
+    def show(r: float) -> str:
+        return f"{r:.3g}×" if o.margin.endswith("×") else f"{r - 1:+.1%}"
+
+    interval = f" (90 % interval {show(o.ratio_low)} to {show(o.ratio_high)})" if math.isfinite(o.ratio_low) else ""
+    return f"{o.part} {show(o.ratio)}{interval}"
+
+
+def _resolves(o: Outcome) -> str:
+    """An undecided part: its estimate and the half-width its interval leaves (the smallest effect it resolves)."""
+    if not (math.isfinite(o.ratio_low) and o.ratio_low > 0):
+        return f"{o.part}: no interval (too few launches)"
+    return f"{_estimate(o)}: this study resolves only about ±{math.expm1(math.log(o.ratio_high / o.ratio_low) / 2):.1%}"
+
+
+def reading(claim: str, verdict: Verdict) -> str:
+    """The verdict in one plain sentence, for a reader who is not a statistician; the numbers beside it."""
+    parts = verdict.parts
+    if verdict.verdict == HOLDS:
+        return f"“{claim}” holds here: " + "; ".join(f"{_estimate(o)}, beyond the {o.margin} margin"
+                                                      for o in parts) + "."
+    if verdict.verdict == FAILS:
+        against = [o for o in parts if o.outcome in ("no", "negligible")] or list(parts)
+        return (f"“{claim}” does not hold here: " + "; ".join(f"{_estimate(o)}, on the wrong side of {o.margin}"
+                                                              for o in against) + ".")
+    if verdict.verdict == NEGLIGIBLE:
+        return (f"“{claim}” does not hold here, and the effect is too small to matter: "
+                + "; ".join(f"{_estimate(o)}, within {o.margin.lstrip('+−±')} either way" for o in parts) + ".")
+    if verdict.verdict == INCONCLUSIVE:
+        undecided = [o for o in parts if o.outcome == "undecided"]
+        if undecided:
+            return "Not decided: " + "; ".join(_resolves(o) for o in undecided) + (
+                ", not enough to tell it from the margin. More launches narrow it.")
+        if parts:
+            return ("Not decided: every part points one way (" + "; ".join(_estimate(o) for o in parts)
+                    + "), but not strongly enough once the chance of a false verdict across this study's claims is "
+                      "counted (Holm).")
+        return "Not decided: only rows that are not evidence could test it (the evidence says which and why)."
+    why = verdict.evidence.split("; ")[0]
+    return f"Not testable on this host: {why}."
