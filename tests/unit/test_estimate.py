@@ -39,14 +39,21 @@ def test_estimate_of_the_paper_matrix_from_this_hosts_runs(tmp_path, monkeypatch
     # 1 warm-up of a fifth of the workload (the config's minimum: these records ran none) + 2
     # repetitions, each launch + 2 s model load
     assert "from BM/2/PIN/CPU, scaled by cores" in lines["BM/4/PIN/CPU"]
-    assert lines["BM/2/PIN/CPU"].split()[3:5] == ["0.13", "h"]         # 5 x (2.2 x 40.33 s + 2 s) / 3600
+    assert lines["BM/2/PIN/CPU"].split()[3] == "0.13"                  # 5 x (2.2 x 40.33 s + 2 s) / 3600 (h)
     # another platform from bare metal, saying so; a GPU never from a CPU
     assert "from BM/2/PIN/CPU, scaled by cores; CN's own overhead not counted" in lines["CN/2/VNL/CPU"]
     assert "nothing comparable measured" in lines["BM/2/PIN/GPU"]
     # the host's background load first: what else kept its cores busy over a short sample
     assert out.startswith("host background load: other processes kept ")
     total = out.splitlines()[-1]
-    assert total.startswith("total: fixed ") and "adaptive" in total and "unknown" in total
+    assert total.startswith("total (partial: ") and "scenario(s) projected, the other " in total
+    assert "fixed " in total and "adaptive " in total and total.endswith(" h")
+    # scenarios in numeric order of their cores: BM/2 before BM/16
+    order = [name for name in lines if name.startswith("BM/")]
+    assert order.index("BM/2/PIN/CPU") < order.index("BM/16/PIN/CPU")
+    assert main(["plan", "--estimate", "config/paper.yaml", "--config", "host_check=false", "--runs",
+                 str(tmp_path / "none")]) == 0
+    assert "no run records to project from" in capsys.readouterr().out
 
 
 def test_plan_records_its_projection_and_a_launch_its_measured_machine_time(tmp_path):

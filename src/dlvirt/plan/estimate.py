@@ -22,7 +22,7 @@ from typing import Any
 
 from dlvirt.core import variance
 from dlvirt.core.interval import t_half_width
-from dlvirt.core.machinetime import hours, launch_overhead_s
+from dlvirt.core.machinetime import launch_overhead_s
 from dlvirt.core.records import JobResult, read_run_records
 from dlvirt.plan.planner import Job, Plan, kinds, warmups_for
 from dlvirt.run.tools import tool_class
@@ -153,29 +153,42 @@ def totals(config: dict[str, Any], estimates: list[JobEstimate], records: int) -
             "adaptive_s": sum(e.adaptive_s or 0.0 for e in known) if known else None}
 
 
-def report(config: dict[str, Any], estimates: list[JobEstimate], records: int) -> str:
-    """Per scenario (tool × app × scenario, all its replicates) and the total."""
-    setting = config["study"]["repetitions"]
+def _repetitions_text(setting: int | dict[str, Any]) -> str:
     adaptive = adaptive_setting(setting)
-    lines = [(f"repetitions: fixed = {setting if isinstance(setting, int) else '-'}, adaptive = {adaptive} "
-              f"(n: its expected count); {config['study'].get('replicates', 1)} replicate(s) per scenario"),
-             f"{'tool':6} {'app':4} {'scenario':16} {'fixed':>10} {'adaptive':>10} {'n':>5}  basis"]
-    rows: dict[tuple[str, str, str], list[JobEstimate]] = {}
+    rule = (f"{adaptive['min']} to {adaptive['max']} until the 95 % interval is within ±{adaptive['rel_ci95']:.0%} "
+            "of the mean")
+    return f"{setting} per launch (adaptive alternative: {rule})" if isinstance(setting, int) else f"adaptive, {rule}"
+
+
+def report(config: dict[str, Any], estimates: list[JobEstimate], records: int) -> str:
+    """Per scenario (tool × app × scenario, all its replicates, in numeric order) and the total, in
+    hours of machine time; a total over only some scenarios says it is partial and how much it covers."""
+    study = config["study"]
+    rows: dict[tuple[str, str, str, int, str, str], list[JobEstimate]] = {}
     for e in estimates:
-        rows.setdefault((e.job.tool, e.job.app, e.job.scenario.name), []).append(e)
-    for (tool, app, scenario), group in sorted(rows.items()):
+        s = e.job.scenario
+        rows.setdefault((e.job.tool, e.job.app, s.platform, s.cores, s.pinning, s.processor), []).append(e)
+    head = (f"repetitions: {_repetitions_text(study['repetitions'])}; {study.get('replicates', 1)} launch(es) per "
+            f"scenario; {len(rows)} scenario(s) planned")
+    if not records:
+        return (f"{head}\nno run records to project from: nothing measured on this host yet. Run a study here first "
+                "(the smoke study takes minutes: snakemake --cores 1 all --configfile config/smoke.yaml), then ask "
+                "again; every scenario is then projected from its own or the nearest measured one.")
+    lines = [head, f"{'tool':6} {'app':4} {'scenario':16} {'fixed h':>8} {'adapt. h':>8} {'n':>4}  basis"]
+    for (tool, app, *_), group in sorted(rows.items()):
+        name = group[0].job.scenario.name
         if group[0].adaptive_s is None:
-            lines.append(f"{tool:6} {app:4} {scenario:16} {'?':>10} {'?':>10} {'?':>5}  {group[0].basis}")
+            lines.append(f"{tool:6} {app:4} {name:16} {'?':>8} {'?':>8} {'?':>4}  {group[0].basis}")
             continue
-        fixed = sum(e.fixed_s or 0.0 for e in group) if group[0].fixed_s is not None else None
-        adapt = sum(e.adaptive_s or 0.0 for e in group)
-        lines.append(f"{tool:6} {app:4} {scenario:16} {hours(fixed) if fixed is not None else '-':>10} "
-                     f"{hours(adapt):>10} {group[0].adaptive_n:>5}  {group[0].basis}")
+        fixed = f"{sum(e.fixed_s or 0.0 for e in group) / 3600:.2f}" if group[0].fixed_s is not None else "-"
+        adapt = sum(e.adaptive_s or 0.0 for e in group) / 3600
+        lines.append(f"{tool:6} {app:4} {name:16} {fixed:>8} {adapt:>8.2f} {group[0].adaptive_n:>4}  {group[0].basis}")
     total = totals(config, estimates, records)
-    unknown = len({(e.job.tool, e.job.app, e.job.scenario.name) for e in estimates if e.adaptive_s is None})
-    lines.append(f"total: fixed {hours(total['fixed_s']) if total['fixed_s'] is not None else '-'}, "
-                 f"adaptive {hours(total['adaptive_s'] or 0.0)}"
-                 f"{f'; {unknown} scenario(s) unknown (nothing comparable measured)' if unknown else ''}")
+    unknown = sum(1 for group in rows.values() if group[0].adaptive_s is None)
+    cover = (f"partial: {len(rows) - unknown} of {len(rows)} scenario(s) projected, the other {unknown} have nothing "
+             "comparable measured" if unknown else f"all {len(rows)} scenario(s) projected")
+    fixed_total = f"{total['fixed_s'] / 3600:.2f} h" if total["fixed_s"] is not None else "-"
+    lines.append(f"total ({cover}): fixed {fixed_total}, adaptive {(total['adaptive_s'] or 0.0) / 3600:.2f} h")
     return "\n".join(lines)
 
 
