@@ -41,6 +41,13 @@ def test_a_figure_this_host_cannot_measure_plans_no_benchmark(workflow_dir):
         assert "benchmark" not in proc.stdout and "figure" in proc.stdout, proc.stdout
 
 
+def test_a_mistyped_target_names_the_targets_there_are(workflow_dir):
+    proc = snakemake(workflow_dir, "-n", "fig7c", check=False)
+    assert proc.returncode != 0
+    assert "fig7c: nothing in this workflow makes this target or file; did you mean fig7" in proc.stderr
+    assert "short targets: all, claims" in proc.stderr and "MissingRuleException" not in proc.stderr
+
+
 def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
     proc = snakemake(workflow_dir, "-n", "--configfile", "config/paper.yaml", "--config", "host_check=false")
     assert "left out BM/" not in proc.stderr

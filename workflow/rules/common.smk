@@ -421,3 +421,17 @@ def guest_image_settings(wildcards):
     if wildcards.variant != "docker":
         return quoted_json({"debian_mirror": cn.get("debian_mirror")})
     return quoted_json(cn)
+
+
+def no_such_target(wildcards):
+    """A target nothing makes (a typo such as fig7c): say so with the targets there are, instead of
+    Snakemake's MissingRuleException."""
+    import difflib
+
+    targets = sorted(r.name for r in workflow.rules if not r.wildcard_names)
+    close = difflib.get_close_matches(wildcards.target, targets, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise WorkflowError(
+        f"{wildcards.target}: nothing in this workflow makes this target or file{hint} (short targets: {', '.join(targets)}; "
+        "put targets before --configfile, which takes every following word as a file)"
+    )

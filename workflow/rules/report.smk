@@ -90,3 +90,21 @@ for _fig in FIGURES:
             f"results/figures/{_fig}.png",
             f"results/figures/{_fig}.pdf",
         localrule: True
+
+
+# Last: a name like a target (lower case, no path) that no rule makes, i.e. a mistyped target, ends in
+# one message naming the targets (the repository's own top-level files never match it).
+rule unknown_target:
+    input:
+        no_such_target,
+    output:
+        "{target}",
+    log:
+        "results/logs/unknown_target/{target}.log",
+    wildcard_constraints:
+        target=r"[a-z][a-z0-9_]*",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "false"
