@@ -327,6 +327,9 @@ class JobResult(Record):
     # framework's one-time set-up, App.first_call); startup_overlap_s: what the start-up, timed across
     # clocks, overlapped the harness's parts and was taken off it. Absent in older results.
     launch_s: dict[str, float] | None = None
+    # The host's benchmark lock (dlvirt.system.benchlock) the launch held: lock, waited_s (from asking
+    # to holding it), waited_for (the launches of any study it waited for). Absent in older results.
+    bench_lock: dict[str, Any] | None = None
 
 
 # A run record's place: <runs>/<tool>/<app>/<platform>/<cores>/<pinning>/<processor>/<replicate>.json

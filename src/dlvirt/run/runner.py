@@ -24,6 +24,7 @@ from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
 from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
+from dlvirt.system import benchlock
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
 # A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
@@ -107,41 +108,49 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
                 print(f"dlvirt: {line}", file=sys.stderr)
         cls = platform_class(scenario.platform)
         check_node(cls, spec)
-        started = time.time()
-        # the weights resource, checked against its checksum file here, before any platform exists
-        weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
-        weights_check_s = time.time() - started
-        job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights)
-        # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
-        settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
-        print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
-        with cls(scenario, settings, workdir, run_id) as platform:
-            run_started = time.time()
-            harness = platform.run(job, timeout_s=float(spec.timeout_s))
-            in_run = platform.startup_s(harness, run_started)
-            expected = platform.expected()
-            # analysis tells bare metal from the rest by this, without importing a platform
-            described = {**platform.describe(), "virtualised": cls.kind.virtualised}
-        # start-up: the weights check and provisioning, then what the platform timed of its run
-        startup = None if in_run is None else run_started - started + in_run
-        launch = launch_split(harness, startup, time.time() - started, weights_check_s)
-        require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
-        stop = (harness.repetitions or {}).get("stop")
-        wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
-                       or warmup_problem(spec.warmup_repetitions, spec.warmup_max, len(harness.warmups)))
-        if wrong_count:
-            raise VerificationError(wrong_count)
-        result = JobResult(
-            tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
-            replicate=spec.replicate,
-            expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
-            slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=harness.runs, warmups=harness.warmups,
-            repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
-            versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
-            placement=placement_record(described, harness.runs),
-            # the harness's code measured; the runner's provisioned and verified (normally the same)
-            code=harness.code, runner_code=code_version(), launch_s=launch)
-        publish_result(result, output, workdir / "out", loadgen_dir)
+        # one launch at a time on this host, whichever study starts it (dlvirt.system.benchlock)
+        with benchlock.held(scenario.name, Path.cwd(), lambda line: print(f"dlvirt: {line}", flush=True)) as lock:
+            result = _launch(cls, spec, run_id, workdir, lock)
+            publish_result(result, output, workdir / "out", loadgen_dir)
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _launch(cls: type[Platform], spec: JobSpec, run_id: str, workdir: Path, lock: dict[str, Any]) -> JobResult:
+    """Provision, run, verify and tear down one launch; its result, not yet published."""
+    scenario = spec.scenario
+    started = time.time()
+    # the weights resource, checked against its checksum file here, before any platform exists
+    weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
+    weights_check_s = time.time() - started
+    job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights)
+    # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
+    settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
+    print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
+    with cls(scenario, settings, workdir, run_id) as platform:
+        run_started = time.time()
+        harness = platform.run(job, timeout_s=float(spec.timeout_s))
+        in_run = platform.startup_s(harness, run_started)
+        expected = platform.expected()
+        # analysis tells bare metal from the rest by this, without importing a platform
+        described = {**platform.describe(), "virtualised": cls.kind.virtualised}
+    # start-up: the weights check and provisioning, then what the platform timed of its run
+    startup = None if in_run is None else run_started - started + in_run
+    launch = launch_split(harness, startup, time.time() - started, weights_check_s)
+    require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
+    stop = (harness.repetitions or {}).get("stop")
+    wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
+                   or warmup_problem(spec.warmup_repetitions, spec.warmup_max, len(harness.warmups)))
+    if wrong_count:
+        raise VerificationError(wrong_count)
+    return JobResult(
+        tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
+        replicate=spec.replicate,
+        expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
+        slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=harness.runs, warmups=harness.warmups,
+        repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
+        versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
+        placement=placement_record(described, harness.runs),
+        # the harness's code measured; the runner's provisioned and verified (normally the same)
+        code=harness.code, runner_code=code_version(), launch_s=launch, bench_lock=lock)
