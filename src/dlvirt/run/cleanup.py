@@ -85,7 +85,7 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
 
     from dlvirt.system import docker_engine
 
-    for url in sorted({docker_engine.OWN_URL, docker_engine.engine_url(settings)}):
+    for url in sorted({docker_engine.own_url(settings), docker_engine.engine_url(settings)}):
         if not docker_engine.answers(url):
             continue
         with contextlib.closing(docker.DockerClient(base_url=url, timeout=docker_engine.API_TIMEOUT_S)) as client:
