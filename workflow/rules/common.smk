@@ -268,6 +268,7 @@ def benchmark_spec(job):
         "weights_file": weights_file(job),
         "platform_settings": platform_settings(job.scenario.platform),
         "allow_emulation": config["allow_emulation"],
+        "keep_others_away": config["keep_others_away"] if config["keep_others_away"]["enabled"] else None,
     }
 
 

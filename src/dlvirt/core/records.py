@@ -186,6 +186,8 @@ class JobSpec(Record):
     # a Unix socket where the launch takes turns with another process on its CPUs before each
     # repetition (dlvirt.run.turns; benchmarks/scaling.py); bare metal only. None: it does not
     turns: str | None = None
+    # keep_others_away (dlvirt.system.keepaway): enabled, min_cpus_left, scope; None: others stay
+    keep_others_away: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,9 @@ class JobResult(Record):
     # The host's benchmark lock (dlvirt.system.benchlock) the launch held: lock, waited_s (from asking
     # to holding it), waited_for (the launches of any study it waited for). Absent in older results.
     bench_lock: dict[str, Any] | None = None
+    # What keep_others_away did for the launch (dlvirt.system.keepaway): done, and why not; or the
+    # processes moved per cgroup, those left and why, and how they were put back (restored).
+    others_kept_away: dict[str, Any] | None = None
 
 
 # A run record's place: <runs>/<tool>/<app>/<platform>/<cores>/<pinning>/<processor>/<replicate>.json

@@ -24,7 +24,7 @@ from dlvirt.platforms import platform_class
 from dlvirt.platforms.base import Platform, PlatformError, VerificationError, require_verified
 from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
-from dlvirt.system import benchlock
+from dlvirt.system import benchlock, keepaway
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
 # A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
@@ -94,6 +94,10 @@ def launch_split(harness: HarnessOutput, startup_s: float | None, total_s: float
             "weights_check_s": round(weights_check_s, 4), "first_call_s": round(timeline["first_call_s"], 4)}
 
 
+def say(line: str) -> None:
+    print(f"dlvirt: {line}", flush=True)
+
+
 def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
     """Run one job described by ``spec`` (built by the workflow) and write ``output``."""
     stop_on_signals()
@@ -109,7 +113,7 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
         cls = platform_class(scenario.platform)
         check_node(cls, spec)
         # one launch at a time on this host, whichever study starts it (dlvirt.system.benchlock)
-        with benchlock.held(scenario.name, Path.cwd(), lambda line: print(f"dlvirt: {line}", flush=True)) as lock:
+        with benchlock.held(scenario.name, Path.cwd(), say) as lock:
             result = _launch(cls, spec, run_id, workdir, lock)
             publish_result(result, output, workdir / "out", loadgen_dir)
         return result
@@ -129,8 +133,11 @@ def _launch(cls: type[Platform], spec: JobSpec, run_id: str, workdir: Path, lock
     settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
     print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
     with cls(scenario, settings, workdir, run_id) as platform:
-        run_started = time.time()
-        harness = platform.run(job, timeout_s=float(spec.timeout_s))
+        # the launch's CPUs are known once provisioned; others go back before the teardown
+        cpus = None if platform.placement is None else tuple(platform.placement.cpus)
+        with keepaway.others_away(spec.keep_others_away, cpus, slurm_allocation() is not None, say) as kept_away:
+            run_started = time.time()
+            harness = platform.run(job, timeout_s=float(spec.timeout_s))
         in_run = platform.startup_s(harness, run_started)
         expected = platform.expected()
         # analysis tells bare metal from the rest by this, without importing a platform
@@ -153,4 +160,4 @@ def _launch(cls: type[Platform], spec: JobSpec, run_id: str, workdir: Path, lock
         versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
         placement=placement_record(described, harness.runs),
         # the harness's code measured; the runner's provisioned and verified (normally the same)
-        code=harness.code, runner_code=code_version(), launch_s=launch, bench_lock=lock)
+        code=harness.code, runner_code=code_version(), launch_s=launch, bench_lock=lock, others_kept_away=kept_away)
