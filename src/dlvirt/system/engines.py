@@ -287,8 +287,9 @@ def release_orphans() -> list[str]:
     if not os.path.lexists(RUN_ROOT):
         return []
     private.check(RUN_ROOT, RUN_DIR_WHAT)
-    return [msg for run_dir in sorted(RUN_ROOT.iterdir()) if run_dir.is_dir()
-            if (msg := release(run_dir.name, None)) is not None]
+    # a daemon's run directory holds its state or leases (RUN_ROOT also holds other things of dlvirt's)
+    daemons = [d for d in sorted(RUN_ROOT.iterdir()) if (d / DAEMON_STATE).exists() or (d / LEASES).is_dir()]
+    return [msg for run_dir in daemons if (msg := release(run_dir.name, None)) is not None]
 
 
 def record(state_dir: Path, lease: Lease) -> None:

@@ -263,22 +263,39 @@ def others_away(settings: dict[str, Any] | None, cpus: tuple[int, ...] | None, i
     state: dict[str, Any] = {"tag": tag, "mechanism": "cgroup v1 cpuset", "scope": str(settings.get("scope", "/")),
                              "launch_cpus": list(cpus), "groups": [], "left": [], "kernel_threads": 0}
     exempt = _descendants({os.getpid(), *_engine_pids()})
-    record: dict[str, Any] = {}
+    record: dict[str, Any] = {"done": False}
     try:
-        _move_away(hierarchy, scope, cpus, exempt, state, path)
-        record |= {"done": True, "mechanism": state["mechanism"], "scope": state["scope"], "launch_cpus": list(cpus),
+        with held():  # the moves and their record are done whole, a stop signal is acted on after them
+            try:
+                _move_away(hierarchy, scope, cpus, exempt, state, path)
+            except OSError as exc:  # no rights after all (a container's read-only cgroups), a group gone
+                record["why"] = f"the cpuset groups could not be changed ({exc})"
+        if "why" in record:  # all back before the launch runs
+            record["restored"] = _put_back(state, path, say)
+            say(f"keep_others_away: not done: {record['why']}")
+            yield record
+            return
+        record = {"done": True, "mechanism": state["mechanism"], "scope": state["scope"], "launch_cpus": list(cpus),
                   "moved": {e["cgroup"]: sorted(int(p) for p in e["pids"]) for e in state["groups"]},
                   "left": state["left"], "kernel_threads_left": state["kernel_threads"]}
         say(f"keep_others_away: moved {sum(len(p) for p in record['moved'].values())} processes off CPUs "
             f"{format_cpulist(cpus)}; left {len(state['left'])} and {state['kernel_threads']} kernel threads")
         yield record
     finally:
-        with held():  # a stop signal now would leave processes confined until the next cleanup
-            undone = restore(state)
-        for problem in undone["problems"]:
-            say(f"keep_others_away: {problem}")
+        if "restored" not in record:
+            record["restored"] = _put_back(state, path, say)
+
+
+def _put_back(state: dict[str, Any], path: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """``restore`` with stop signals held; its state file stays for the next cleanup while a
+    problem is left."""
+    with held():  # a stop signal now would leave processes confined until the next cleanup
+        undone = restore(state)
+    for problem in undone["problems"]:
+        say(f"keep_others_away: {problem}")
+    if not undone["problems"]:
         path.unlink(missing_ok=True)
-        record["restored"] = undone
+    return undone
 
 
 def restore_stale() -> Iterator[str]:
