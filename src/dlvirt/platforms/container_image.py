@@ -35,7 +35,7 @@ from typing import Any
 
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.codeversion import SOURCE_SUFFIXES
-from dlvirt.system import docker_engine
+from dlvirt.system import benchlock, docker_engine
 from dlvirt.system.engines import EngineError, locked
 from dlvirt.system.hostinfo import python_stack
 
@@ -323,7 +323,9 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                     image = client.images.get(wanted)
                     source = "present"
                 except ImageNotFound:
-                    build(root, settings, client, build_dir(settings))
+                    # it loads the machine for minutes: no launch of any study runs beside it
+                    with benchlock.held("building the CN image", root.resolve(), lambda line: print(f"dlvirt: {line}")):
+                        build(root, settings, client, build_dir(settings))
                     image = client.images.get(wanted)
                     source = "built"
                     built = True

@@ -1,5 +1,8 @@
 """The host's benchmark lock: one launch at a time on a host, whichever study or checkout starts it.
 
+The steps that load the whole machine (building the weights, a CN or guest image) hold it too, so
+that no launch of another study runs beside them.
+
 Snakemake's ``bench`` resource serialises the launches of one workflow only; two studies on one
 server (two users, two checkouts) would time each other's launches. So every launch holds an
 exclusive ``flock`` on ``RUN_ROOT/bench/lock`` (``/run/dlvirt``: private, root's, checked on every use,
@@ -8,9 +11,9 @@ releases a ``flock`` with the process that holds it, so a launch that ends, fail
 killed releases it; nothing is left to clean up.
 
 The holder writes who it is beside the lock (``holder.json``: study directory, pid and its start
-time, scenario, start time), so that a waiting launch says whom it waits for. The waiter asks in
-slices of ``POLL_S`` (never one long blocking call: a stop signal is acted on at once) and says once
-whom it waits for, and again whenever the holder changes.
+time, what it does (a launch's scenario, a build), start time), so that a waiter says whom it waits
+for. The waiter asks in slices of ``POLL_S`` (never one long blocking call: a stop signal is acted on
+at once) and says once whom it waits for, and again whenever the holder changes.
 """
 
 from __future__ import annotations
@@ -47,15 +50,16 @@ def _holder(directory: Path) -> dict[str, Any] | None:
 def describe(holder: dict[str, Any] | None) -> str:
     if holder is None:
         return "a launch that has not said who it is yet"
-    return (f"{holder.get('scenario')} of the study in {holder.get('study')} "
+    return (f"{holder.get('what')} of the study in {holder.get('study')} "
             f"(pid {holder.get('pid')}, since {holder.get('since_utc')})")
 
 
 @contextlib.contextmanager
-def held(scenario: str, study: Path, say: Callable[[str], None],
+def held(what: str, study: Path, say: Callable[[str], None],
          directory: Path = LOCK_DIR) -> Iterator[dict[str, Any]]:
-    """Hold the host's benchmark lock for the block; ``say`` is told whom a waiting launch waits for.
-    Yields what the run record keeps: how long the launch waited and for whom."""
+    """Hold the host's benchmark lock for the block, doing ``what`` (a launch's scenario name, a
+    build) for the study in ``study``; ``say`` is told whom a waiter waits for. Yields what the run
+    record keeps: how long the launch waited and for whom."""
     private.private_dir(directory, LOCK_WHAT)
     fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -73,7 +77,7 @@ def held(scenario: str, study: Path, say: Callable[[str], None],
                 time.sleep(POLL_S)
         pid = os.getpid()
         write_json_atomic(directory / HOLDER, {
-            "study": str(study), "pid": pid, "pid_start": process_start_time(pid), "scenario": scenario,
+            "study": str(study), "pid": pid, "pid_start": process_start_time(pid), "what": what,
             "since_utc": datetime.now(UTC).isoformat()})
         try:
             yield {"lock": str(directory / "lock"), "waited_s": round(time.monotonic() - asked, 3),
