@@ -153,7 +153,10 @@ def _move_away(hierarchy: Path, scope: Path, cpus: tuple[int, ...], exempt: set[
         if not user:
             continue
         relative = "/" + str(group.relative_to(hierarchy)).lstrip(".").lstrip("/")
-        rest = set(parse_cpulist((group / "cpuset.effective_cpus").read_text())) - set(cpus)
+        allowed = set(parse_cpulist((group / "cpuset.effective_cpus").read_text()))
+        if not allowed & set(cpus):
+            continue  # already off the launch's CPUs
+        rest = allowed - set(cpus)
         if not rest:
             state["left"] += [{"pid": p, "comm": _comm(p), "cgroup": relative,
                                "why": "its cpuset holds only the launch's CPUs"} for p in user]
