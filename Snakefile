@@ -25,6 +25,10 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
+    # A study of zero launches stops here, in one line (a dry run, -n, never gets here: it shows the plan).
+    if nothing := nothing_to_run(config, PLAN):
+        print(f"dlvirt: {nothing}", file=sys.stderr)
+        sys.exit(2)
     # A SIGINT to Snakemake alone (not Ctrl-C) would let running jobs run on: stop them (dlvirt.run.interrupt).
     stop_jobs_on_interrupt()
     # Start the engines the planned platforms need when none answers (dlvirt.system.engines), then remove

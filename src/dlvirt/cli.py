@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlvirt import __version__
+
 if TYPE_CHECKING:
     from dlvirt.core.records import JobResult, JobSpec
 
@@ -338,6 +340,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_SLOWER if (table["verdict"] == SLOWER).any() else 0
 
 
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    from dlvirt.analysis.warmup import report, suggest
+    from dlvirt.plan.estimate import read_records
+
+    records = [r for runs in args.runs for r in read_records(Path(runs))]
+    print(report(suggest(records, args.margin), args.margin))
+    return 0
+
+
 def _cmd_cpus(args: argparse.Namespace) -> int:
     import os
 
@@ -357,6 +368,7 @@ def _cmd_cpus(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dlvirt", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dlvirt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("host", help="write the host facts JSON")
@@ -525,6 +537,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="compare", help="folder for compare.csv and compare.html (default: compare)")
     p.add_argument("--margin", type=float, default=0.05, help="relative margin for alike / minimum effect (0.05)")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("warmup", help="suggest each app's and tool's warm-up count (study.warmup_repetitions) "
+                                      "from a pilot's run records")
+    p.add_argument("runs", nargs="+", help="run record folders (results/runs)")
+    p.add_argument("--margin", type=float, default=0.01,
+                   help="a repetition slower than its launch's later half by at most this share has warmed (0.01)")
+    p.set_defaults(func=_cmd_warmup)
 
     args = parser.parse_args(argv)
     if getattr(args, "retry_wait_s", 0) > 0:

@@ -18,6 +18,29 @@ def test_paper_config_builds_and_says_what_it_leaves_out(workflow_dir):
     assert "left out BM/64/PIN/CPU: 64 cores requested" in proc.stderr
 
 
+def test_a_study_this_host_cannot_run_stops_in_one_line(workflow_dir):
+    """Every scenario left out (64 cores on a small host): the dry run shows the plan, a real run
+    stops before any job with one line naming why and the fix, exit 2, nothing written."""
+    path = write_config(workflow_dir / "nothing.yaml", smoke_config(study={**smoke_config()["study"], "matrix": [
+        {"platforms": ["BM"], "cores": [4096], "pinning": ["VNL"], "processors": ["CPU"]}]}))
+    assert "left out BM/4096/VNL/CPU" in snakemake(workflow_dir, "-n", "all", "--configfile", str(path)).stderr
+    proc = snakemake(workflow_dir, "all", "--configfile", str(path), check=False)
+    assert proc.returncode != 0
+    assert "dlvirt: nothing to run on this host: all 1 planned scenario(s) were left out (4096 cores" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and not (workflow_dir / "results" / "summary.csv").exists()
+
+
+def test_a_figure_this_host_cannot_measure_plans_no_benchmark(workflow_dir):
+    """fig4b (IC on a GPU) on a host without one, fig11 without edge hosts: the figure and the plan only."""
+    from dlvirt.system.hostinfo import capabilities
+
+    if capabilities().gpus:
+        pytest.skip("this host has a GPU: fig4b measures")
+    for figure in ("fig4b", "fig11"):
+        proc = snakemake(workflow_dir, "-n", figure)
+        assert "benchmark" not in proc.stdout and "figure" in proc.stdout, proc.stdout
+
+
 def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
     proc = snakemake(workflow_dir, "-n", "--configfile", "config/paper.yaml", "--config", "host_check=false")
     assert "left out BM/" not in proc.stderr
@@ -32,8 +55,8 @@ def test_paper_config_without_host_check_is_the_whole_matrix(workflow_dir):
      "study.repetitions.rel_ci95: 0 is less than or equal to the minimum of 0"),
     (lambda c: c["study"].update(repetitions={"min": 9, "max": 5, "rel_ci95": 0.05}),
      "study.repetitions: min (9) is above max (5)"),
-    (lambda c: c["study"].update(warmup_repetitions=2, warmup_max=1),
-     "study.warmup_max (1) is below study.warmup_repetitions (2)"),
+    (lambda c: c["study"].update(warmup_repetitions={"default": 1, "ic": {"mlperff": 2}}),
+     "study.warmup_repetitions.ic.mlperff: not a tool"),
     (lambda c: c["study"]["matrix"][0].update(pinning=["PINNED"]), "'PINNED' is not one of"),
     (lambda c: c["study"].update(matrix=[{"platforms": ["MVM"], "cores": [1], "pinning": ["PIN"]}]),
      r"study.matrix[0].pinning: MVM cannot be pinned"),

@@ -61,3 +61,11 @@ def test_the_process_prints_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "dlvirt", *BENCH, "{"], capture_output=True, text=True, check=False)
     assert proc.returncode == EXIT_INPUT and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("dlvirt bench: --spec: not valid JSON") and proc.stderr.count("\n") == 1
+
+
+def test_the_version_is_one_line(capsys):
+    from dlvirt import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"dlvirt {__version__}\n"

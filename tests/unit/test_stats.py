@@ -164,19 +164,24 @@ def test_adaptive_stopping_rule():
     assert count_problem(2, 1, FIXED) == "1 repetitions ran, 2 asked"
 
 
-def test_warm_up_runs_until_two_consecutive_repetitions_agree():
-    from dlvirt.run.repetitions import steady, unsteady, warmup_problem
+def test_steadiness_is_judged_on_the_first_two_counted_repetitions_and_warm_ups_are_a_fixed_count():
+    from dlvirt.run.repetitions import steady, warmup_problem
 
     cold = [0.518, 0.396, 0.394]  # measured: IC BM/1/PIN, no warm-up
-    # after the fixed warm-ups, the first counted repetition is a warm-up too while it disagrees
-    # with the next (31 % apart), at most 3 warm-ups in all
-    assert unsteady(0, cold[:2], 3, 0.1) and not unsteady(1, cold[1:], 3, 0.1)   # 0.5 % apart: steady
-    assert steady(cold[1:], 0.1) is True and steady(cold[:2], 0.1) is False
-    assert not unsteady(3, cold[:2], 3, 0.1)                     # at the maximum: it counts, not steady
-    assert not unsteady(0, cold[:1], 3, 0.1) and not unsteady(0, cold, 3, 0.1)  # judged once, at two
-    assert not unsteady(0, cold[:2], None, None) and steady(cold, None) is None  # not checked (older specs)
-    assert warmup_problem(1, 3, 2) is None and warmup_problem(1, 3, 4) == "4 warm-ups ran, 1 to 3 asked"
-    assert warmup_problem(1, None, 1) is None
+    assert steady(cold[1:], 0.1) is True and steady(cold[:2], 0.1) is False  # 0.5 % apart; 31 % apart
+    assert steady(cold[:1], 0.1) is None and steady(cold, None) is None  # not judged
+    assert warmup_problem(2, 2) is None and warmup_problem(1, 2) == "2 warm-ups ran, 1 asked"
+    assert warmup_problem(0, 1) is None  # a tool's own warm-up (Server calibrating its rate) where none was asked
+    assert warmup_problem(2, 1) == "1 warm-ups ran, 2 asked"
+
+
+def test_a_warm_up_count_per_app_and_tool():
+    from dlvirt.plan.planner import warmups_for
+
+    study = {"warmup_repetitions": {"default": 1, "sr": 3, "nlp": {"dlbs": 2}}}
+    assert warmups_for({"warmup_repetitions": 2}, "ic", "mlperf") == 2
+    assert warmups_for(study, "ic", "mlperf") == 1 and warmups_for(study, "sr", "mlperf-Server") == 3
+    assert warmups_for(study, "nlp", "dlbs") == 2 and warmups_for(study, "nlp", "mlperf-SingleStream") == 1
 
 
 def test_variance_components_correct_the_launch_means_for_their_own_noise():

@@ -134,7 +134,8 @@ class _FakeApp(StubModel):
         self.calls.append("first")
 
 
-def _fake_tool(own_model: bool):
+def _fake_tool(own_model: bool, e2e_s: dict[int, float] | None = None):
+    """A tool whose repetitions take ``e2e_s[rep]`` (default 1 s)."""
     from datetime import UTC, datetime
 
     from dlvirt.core.kinds import ToolKind
@@ -161,7 +162,8 @@ def _fake_tool(own_model: bool):
         def run_repetition(cls, app, job, rep, out_dir, estimate_qps, share=1.0):
             cls.timed.append((rep, share, estimate_qps))
             now = datetime.now(UTC)
-            return Repetition.measured(repetition=rep, e2e_s=1.0, phases={"infer_s": 1.0}, samples=4, batches=1,
+            took = (e2e_s or {}).get(rep, 1.0)
+            return Repetition.measured(repetition=rep, e2e_s=took, phases={"infer_s": took}, samples=4, batches=1,
                                        observed={}, threads=app.threads.to_dict(), quality={}, started=now,
                                        finished=now)
 
@@ -194,6 +196,27 @@ def test_the_launch_loop_asks_the_tool(tmp_path, monkeypatch, own_model):
     assert len(out.warmups) == 1 and len(out.runs) == 2
     assert apps[0].calls == ([] if own_model else ["import", "load", "first"])
     assert out.model["model"] == ("its own" if own_model else "fake")
+
+
+def test_a_launch_runs_its_fixed_warm_ups_and_counts_every_repetition_after_them(tmp_path, monkeypatch):
+    """Two warm-ups (the first over warmup_share of the workload, the second whole), then a slow
+    first counted repetition stays counted: steadiness is recorded, never acted on."""
+    from dlvirt.core.records import HarnessOutput
+    from dlvirt.run import launch
+
+    tool = _fake_tool(False, {2: 1.5})  # the first counted repetition 50 % slower than the rest
+    monkeypatch.setattr(launch, "tool_class", lambda name: tool)
+    monkeypatch.setattr(launch, "app_class", lambda name: _FakeApp)
+    job = HarnessJob(tool="fake", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
+                     repetitions=3, warmup_repetitions=2, threads="granted", batch_size=4, loadgen={},
+                     app_settings={}, dataset_dir=str(tmp_path), run_id="1-test", warmup_share=0.25,
+                     warmup_tolerance=0.1)
+    job.write(tmp_path / "job.json")
+    assert launch.main([str(tmp_path / "job.json"), str(tmp_path / "out")]) == 0
+    out = HarnessOutput.read(tmp_path / "out" / "harness.json")
+    assert [share for _, share, _ in tool.timed] == [0.25, 1.0, 1.0, 1.0, 1.0]
+    assert [r.repetition for r in out.warmups] == [0, 1] and [r.e2e_s for r in out.runs] == [1.5, 1.0, 1.0]
+    assert out.repetitions["warmups"] == 2 and out.repetitions["steady"] is False
 
 
 def test_a_server_launch_calibrates_its_rate_on_one_offline_warm_up(tmp_path, monkeypatch):

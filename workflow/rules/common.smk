@@ -27,7 +27,14 @@ from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
 from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
-from dlvirt.plan.planner import RUN_TOOLS, expand as expand_plan, plan_document, study_run_tools  # noqa: E402
+from dlvirt.plan.planner import (  # noqa: E402
+    RUN_TOOLS,
+    expand as expand_plan,
+    nothing_to_run,
+    plan_document,
+    study_run_tools,
+    warmups_for,
+)
 from dlvirt.plan.estimate import (
     estimate as estimate_jobs,
     read_records,
@@ -132,7 +139,13 @@ ENGINE_STATE_DIR = "resources/engines"
 FIGURES = {
     spec.id: {
         "notebook": f"notebooks/{spec.notebook_name}.ipynb",
-        "summaries": [SUMMARY_FILE.format(tool=spec.tool, app=app) for app in spec.apps],
+        # only the summaries of rows the plan measures (or an edge host may; an edge figure only those): a
+        # figure nothing here measures builds no benchmark and draws "not measured" from the plan's reasons
+        "summaries": [
+            SUMMARY_FILE.format(tool=spec.tool, app=app)
+            for app in spec.apps
+            if config.get("hosts") or (not spec.edge and PLAN.measures(spec.tool, app, spec.processors))
+        ],
         "parameters": spec.parameters,
     }
     for spec in FIGURE_SPECS
@@ -258,8 +271,7 @@ def benchmark_spec(job):
         "scenario": job.scenario.to_dict(),
         "replicate": job.replicate,
         "repetitions": config["study"]["repetitions"],
-        "warmup_repetitions": config["study"]["warmup_repetitions"],
-        "warmup_max": config["study"]["warmup_max"],
+        "warmup_repetitions": warmups_for(config["study"], job.app, job.tool),
         "warmup_tolerance": config["study"]["warmup_tolerance"],
         "warmup_share": config["study"]["warmup_share"],
         "threads": config["harness"]["threads"],

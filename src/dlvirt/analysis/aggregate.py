@@ -181,6 +181,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "min_reps": min((len(valid) for valid in per_launch), default=0),
         "outliers": sum(len(outliers([r.e2e_s for r in valid])) for valid in per_launch),
         "outlier_reps": outlier_list(launches),
+        "unsteady_launches": sum((result.repetitions or {}).get("steady") is False for result in results),
         "mean_s": est.mean,
         "ci95_s": est.ci95,
         "ci_n": est.n,

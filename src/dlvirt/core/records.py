@@ -173,12 +173,12 @@ class JobSpec(Record):
     dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
     replicate: int = 1                  # the launch's round in the study's interleaved order
     pipeline: Pipeline | None = None  # harness.pipeline: overlapped | sequential (None: the plan's choice)
-    # steady-state warm-up (run.repetitions.is_warmup): at most this many warm-ups, until two
-    # consecutive repetitions agree within the tolerance (None: exactly warmup_repetitions)
-    warmup_max: int | None = None
+    # steadiness (run.repetitions.steady), reported only: do the first two counted repetitions agree
+    # within this share? (None: not judged). Records of older specs may carry warmup_max, the
+    # steady-state warm-up that is gone (a repetition is never set aside for what it measured).
     warmup_tolerance: float | None = None
-    # the share of a counted repetition's workload each of the first warmup_repetitions runs
-    # (run.repetitions.warmup_workload); warm-ups added for steady state are whole repetitions
+    # the share of a counted repetition's workload the first warm-up runs
+    # (run.repetitions.warmup_workload); the later warm-ups are whole repetitions
     warmup_share: float = 1.0
     # the weights resource (the weights rule): the seeded random initialisation the launch loads;
     # None where weights are configured (apps.<app>.weights.path) or a DLBS experimenter brings its model
@@ -211,7 +211,6 @@ class HarnessJob(Record):
     run_id: str
     dlbs: dict[str, Any] | None = None
     pipeline: Pipeline | None = None
-    warmup_max: int | None = None
     warmup_tolerance: float | None = None
     warmup_share: float = 1.0
     weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256
@@ -223,7 +222,7 @@ class HarnessJob(Record):
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
-                   pipeline=spec.pipeline, warmup_max=spec.warmup_max, warmup_tolerance=spec.warmup_tolerance,
+                   pipeline=spec.pipeline, warmup_tolerance=spec.warmup_tolerance,
                    warmup_share=spec.warmup_share, weights=weights, turns=spec.turns)
 
 

@@ -13,6 +13,7 @@ Three stages, each a ``ConfigError``:
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,6 +31,9 @@ DOCKER_MIN_MEMORY = 6 << 20  # docker refuses a smaller --memory
 HINT_CHARS = 120  # of the schema's description, after the error: a hint, not the documentation
 # Per-platform memory settings that study.memory replaced (CN, VMCN's container, the guests' RAM).
 PLATFORM_MEMORY_KEYS = ("memory", "container_memory", "memory_mib")
+# keys that are gone, and what took their place (a close match could point elsewhere)
+REMOVED_KEYS = {("study", "warmup_max"): "warm-ups are a count fixed in advance now: study.warmup_repetitions "
+                                         "(`dlvirt warmup RUNS` suggests one per app)"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -159,8 +163,13 @@ def _check_against(config: dict[str, Any], schema: dict[str, Any]) -> None:
     if unknown:
         path.append(unknown[0])
         what = f"unknown key ({what})"
+        close = difflib.get_close_matches(unknown[0], _known_keys(error.schema, defs), n=1)
         if path[0] == "platforms" and unknown[0] in PLATFORM_MEMORY_KEYS:
             what += f"; one memory size serves every platform now: {MEMORY_KEY}"
+        elif tuple(path) in REMOVED_KEYS:
+            what += f"; {REMOVED_KEYS[tuple(path)]}"
+        elif close:
+            what += f"; did you mean {close[0]}?"
     raise ConfigError(f"{_key(path)}: {what}{_hint(error, defs)}")
 
 

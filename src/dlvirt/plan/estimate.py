@@ -24,7 +24,7 @@ from dlvirt.core import variance
 from dlvirt.core.interval import t_half_width
 from dlvirt.core.machinetime import hours, launch_overhead_s
 from dlvirt.core.records import JobResult, read_run_records
-from dlvirt.plan.planner import Job, Plan, kinds
+from dlvirt.plan.planner import Job, Plan, kinds, warmups_for
 from dlvirt.run.tools import tool_class
 
 # a fixed count's adaptive alternative: stop a launch early once ±5 % is reached, at most the count
@@ -38,8 +38,6 @@ class Measured:
     per_sample_s: float
     cv: float          # within-launch coefficient of variation of E2E (σ_w, log scale; NaN: unknown)
     overhead_s: float  # per launch: start-up, model load and boot
-    # warm-ups per launch in counted repetitions' worth of samples, as the launches ran them (NaN: not recorded)
-    warmups: float = math.nan
     components: variance.Components | None = None
 
 
@@ -64,11 +62,7 @@ def measured(records: list[JobResult]) -> dict[tuple[str, str, str, int, str, st
         # the spread the stopping rule sees: the repetitions about their own launch's mean
         components = variance.of_launches([[r.e2e_s for r in record.runs] for record in records])
         overhead = sum(launch_overhead_s(r) for r in records) / len(records)
-        # warm-ups in repetitions' worth: a partial one (study.warmup_share) costs its share of one
-        rep_samples = sum(r.samples for r in reps) / max(1, len(reps))
-        warm_samples = sum(w.samples for record in records for w in record.warmups) / len(records)
-        out[key] = Measured(per_sample, components.within_sd, overhead,
-                            warm_samples / rep_samples if rep_samples else math.nan, components)
+        out[key] = Measured(per_sample, components.within_sd, overhead, components)
     return out
 
 
@@ -92,14 +86,11 @@ def adaptive_count(setting: dict[str, Any], cv: float) -> int:
     return high
 
 
-def expected_warmups(study: dict[str, Any], m: Measured) -> float:
-    """The warm-ups a launch will run, in repetitions' worth: as many as the measured launches ran,
-    within the config's bounds (without records of them: the config's minimum). The first
-    ``warmup_repetitions`` are ``warmup_share`` of a repetition each; the rest whole ones."""
-    first = int(study["warmup_repetitions"])
-    low = first * float(study.get("warmup_share", 1.0))
-    high = low + max(0, int(study.get("warmup_max", first)) - first)
-    return low if math.isnan(m.warmups) else min(high, max(low, m.warmups))
+def expected_warmups(study: dict[str, Any], job: Job) -> float:
+    """The warm-ups a launch of ``job`` runs, in repetitions' worth: its fixed count
+    (``warmups_for``), the first of them ``warmup_share`` of a repetition, the rest whole ones."""
+    count = warmups_for(study, job.app, job.tool)
+    return 0.0 if count == 0 else float(study.get("warmup_share", 1.0)) + count - 1
 
 
 @dataclass(frozen=True)
@@ -145,7 +136,7 @@ def estimate(config: dict[str, Any], plan: Plan, records: list[JobResult]) -> li
             continue
         m, how = basis
         per_rep = m.per_sample_s * samples_per_repetition(config, job)
-        warmups = expected_warmups(study, m)
+        warmups = expected_warmups(study, job)
         n = adaptive_count(adaptive, m.cv)
         out.append(JobEstimate(job, how, None if fixed is None else m.overhead_s + per_rep * (warmups + fixed),
                                m.overhead_s + per_rep * (warmups + n), n))

@@ -73,6 +73,10 @@ class Plan:
     def round(self, replicate: int) -> list[Job]:
         return [job for job in self.jobs if job.replicate == replicate]
 
+    def measures(self, tool: str, app: str, processors: tuple[str, ...]) -> bool:
+        """Does the plan have a job of ``tool`` and ``app`` on one of ``processors``?"""
+        return any(job.tool == tool and job.app == app and job.scenario.processor in processors for job in self.jobs)
+
     def jobs_of(self, tool: str, app: str | None = None) -> list[Job]:
         """The jobs of ``tool`` (and ``app``, where given), in planned order."""
         return [job for job in self.jobs if (job.tool, job.app if app else None) == (tool, app)]
@@ -99,6 +103,31 @@ def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) 
         else:
             levels.append(int(level))
     return sorted(set(levels))
+
+
+def warmups_for(study: dict[str, Any], app: str, tool: str) -> int:
+    """The warm-ups every launch of ``app`` under ``tool`` (a run tool counts as its tool) runs:
+    ``study.warmup_repetitions``, one count for all, or ``{default: n, <app>: n or {<tool>: n}}``."""
+    setting = study.get("warmup_repetitions", 1)
+    if isinstance(setting, int):
+        return setting
+    per_app = setting.get(app, setting["default"])
+    if isinstance(per_app, int):
+        return int(per_app)
+    return int(per_app.get(split_tool(tool)[0], setting["default"]))
+
+
+def _check_warmups(setting: int | dict[str, Any]) -> None:
+    """A per-app warm-up mapping names only apps, and within an app only tools."""
+    if isinstance(setting, int):
+        return
+    for app, per_app in setting.items():
+        if app != "default" and app not in APP_KINDS:
+            raise ConfigError(f"study.warmup_repetitions.{app}: not an app (apps: {', '.join(APP_KINDS)}; "
+                              "default: the count for the rest)")
+        for tool in per_app if isinstance(per_app, dict) else ():
+            if tool not in TOOL_KINDS:
+                raise ConfigError(f"study.warmup_repetitions.{app}.{tool}: not a tool (tools: {', '.join(TOOL_KINDS)})")
 
 
 def _check_block(block: dict[str, Any], where: str) -> None:
@@ -132,10 +161,7 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     repetitions = study["repetitions"]
     if isinstance(repetitions, dict) and repetitions["min"] > repetitions["max"]:
         raise ConfigError(f"study.repetitions: min ({repetitions['min']}) is above max ({repetitions['max']})")
-    warmups, most = study.get("warmup_repetitions", 1), study.get("warmup_max")
-    if most is not None and most < warmups:
-        raise ConfigError(f"study.warmup_max ({most}) is below study.warmup_repetitions ({warmups}), "
-                          "the warm-ups every launch runs")
+    _check_warmups(study.get("warmup_repetitions", 1))
     seen: set[Scenario] = set()
     blocks, prefix = study["matrix"], "study.matrix"
     if site != LOCAL_SITE:
@@ -203,6 +229,18 @@ def study_gaps(left_out: list[Gap], study: dict[str, Any],
     return gaps
 
 
+def nothing_to_run(config: dict[str, Any], plan: Plan) -> str | None:
+    """Why a study would run no benchmark at all (None: it runs some), in one line with the fix: a
+    study of zero launches would still write empty figures and claims and exit 0."""
+    if plan.jobs or config.get("hosts"):
+        return None
+    reasons = list(dict.fromkeys(gap.why for gap in plan.left_out))
+    why = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return (f"nothing to run on this host: all {len(plan.left_out)} planned scenario(s) were left out "
+            f"({why or 'none planned'}). Change study.matrix (cores: [all] fits any host), or plan for "
+            "another machine with --config host_check=false; `snakemake -n` shows the plan")
+
+
 def kinds() -> Kinds:
     """The registered platforms' and apps' display facts, for analysis (which never imports them)."""
     return Kinds(tuple(k.display() for k in PLATFORM_KINDS.values()), tuple(k.display() for k in APP_KINDS.values()))
@@ -223,7 +261,6 @@ def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) ->
         "host_cores": host_cores,
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
-        "warmup_max": config["study"].get("warmup_max"),
         "warmup_tolerance": config["study"].get("warmup_tolerance"),
         "warmup_share": config["study"].get("warmup_share", 1.0),
         # jobs in their planned order: round r (replicate r) of every scenario before round r + 1

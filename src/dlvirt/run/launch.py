@@ -18,7 +18,7 @@ from dlvirt.apps import app_class
 from dlvirt.core.codeversion import code_version
 from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run.harness import check_framework_threads, plan_threads
-from dlvirt.run.repetitions import precision, steady, stop_reason, unsteady
+from dlvirt.run.repetitions import precision, steady, stop_reason
 from dlvirt.run.tools import tool_class
 from dlvirt.run.turns import Turns
 from dlvirt.system import gpu, observe
@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     host.first_call()
     timeline["first_call_s"] = time.perf_counter() - first_start
     # Warm-up repetitions (page cache, lazy framework initialisation) are run and kept apart,
-    # never counted in the statistics: warmup_repetitions (each warmup_share of the workload), then
-    # until the first two counted ones agree within warmup_tolerance (else the first is a warm-up
-    # too, a whole one; at most warmup_max: run.repetitions).
+    # never counted in the statistics: warmup_repetitions, a count fixed before the launch (the
+    # first over warmup_share of the workload, the rest whole); every counted one counts
+    # (run.repetitions).
     warmups: list[Repetition] = []
     runs: list[Repetition] = []
     estimate_qps: float | None = None
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
-            share = job.warmup_share if warming else 1.0
+            share = job.warmup_share if warming and rep == 0 else 1.0
             record = timer.time(rep, out_dir, estimate_qps, warmups, share)
             # the kernel's counters end with the repetition, before the GPU sampler may read on after it
             after = observe.counters()
@@ -119,16 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         (warmups if warming else runs).append(record)
         spent[record.repetition] = time.perf_counter() - rep_start
         rep += 1
-        if unsteady(len(warmups), [r.e2e_s for r in runs], job.warmup_max, job.warmup_tolerance):
-            print(f"[harness] rep {runs[0].repetition} and {runs[1].repetition} differ by more than "
-                  f"{job.warmup_tolerance:.0%}: rep {runs[0].repetition} was a warm-up", flush=True)
-            warmups.append(dataclasses.replace(runs.pop(0), warmup=True))
         if not warming:
             stopped = stop_reason(job.repetitions, [r.e2e_s for r in runs])
     if turns is not None:
         turns.take(None)
         turns.close()
-    # a counted repetition found to be a warm-up after all (unsteady) counts as one here too
     # the framework's first call (first_call_s) is warm-up time too
     timeline.update(warmup_s=timeline["first_call_s"] + sum(spent[r.repetition] for r in warmups),
                     counted_s=sum(spent[r.repetition] for r in runs))

@@ -3,10 +3,13 @@ paper) or adaptive ``{min, max, rel_ci95}``: stop once the 95 % CI half-width of
 E2E is within ``rel_ci95`` of their mean (never before ``min``), or at ``max``. The interval is
 that of every counted repetition, as the summary counts them (outliers are flagged, not dropped:
 a slow repetition is part of what the platform costs). A cold start is the warm-up's business:
-after ``study.warmup_repetitions`` warm-ups (each ``study.warmup_share`` of a repetition's workload:
-``warmup_workload``), a first counted repetition that does not agree with the
-next within ``study.warmup_tolerance`` becomes a warm-up too (``unsteady``), at most
-``study.warmup_max`` in all."""
+``study.warmup_repetitions`` warm-ups, a count fixed in advance per app and tool (Kalibera & Jones;
+``dlvirt warmup`` suggests one from a pilot), the first over ``study.warmup_share`` of a
+repetition's workload (``warmup_workload``), the rest whole. Every counted repetition counts: one
+that disagrees with the next is never made a warm-up after the fact, since dropping whichever of two
+disagrees (slow ones included) biases the launch mean and hides its spread. Whether a launch was
+steady (``steady``: its first two counted repetitions agree within ``study.warmup_tolerance``) is
+recorded and reported, never acted on."""
 
 from __future__ import annotations
 
@@ -47,20 +50,9 @@ def agree(first: float, second: float, tolerance: float) -> bool:
     return abs(second - first) <= tolerance * min(first, second)
 
 
-def unsteady(warmups: int, counted: list[float], maximum: int | None, tolerance: float | None) -> bool:
-    """Is the launch not yet in steady state, so that its first counted repetition is a warm-up
-    after all? So when its first two counted repetitions (E2E ``counted``) do not agree within
-    ``tolerance`` and fewer than ``maximum`` warm-ups (``warmups``) have run (None: no check).
-    The launch's first ``study.warmup_repetitions`` are warm-ups regardless; this makes warm-up last
-    until two consecutive repetitions agree, the first of them counted, at most ``maximum``."""
-    if maximum is None or tolerance is None or warmups >= maximum or len(counted) != 2:
-        return False
-    return not agree(counted[0], counted[1], tolerance)
-
-
 def steady(counted: list[float], tolerance: float | None) -> bool | None:
-    """Did the launch reach steady state: its first two counted repetitions agree (None: not checked,
-    fewer than two)? False: ``warmup_max`` warm-ups ran first."""
+    """Was the launch steady: do its first two counted repetitions agree (None: not judged, no
+    tolerance or fewer than two)? Reported only."""
     if tolerance is None or len(counted) < 2:
         return None
     return agree(counted[0], counted[1], tolerance)
@@ -73,7 +65,7 @@ def warmup_workload(workload: int, share: float, unit: int = 1) -> int:
     return min(workload, units * unit)
 
 
-def warmup_problem(minimum: int, maximum: int | None, ran: int) -> str | None:
-    """What is wrong with a launch that ran ``ran`` warm-ups (None: fine)."""
-    top = minimum if maximum is None else max(minimum, maximum)
-    return None if minimum <= ran <= top else f"{ran} warm-ups ran, {minimum} to {top} asked"
+def warmup_problem(asked: int, ran: int) -> str | None:
+    """What is wrong with a launch that ran ``ran`` warm-ups (None: fine). A tool's own warm-up
+    (LoadGen Server calibrating its rate) may add one where none was asked."""
+    return None if asked <= ran <= max(asked, 1) else f"{ran} warm-ups ran, {asked} asked"

@@ -148,7 +148,7 @@ def _launch(cls: type[Platform], spec: JobSpec, run_id: str, workdir: Path, lock
     require_verified(scenario.name, expected, harness, uses_gpu=scenario.processor == "GPU")
     stop = (harness.repetitions or {}).get("stop")
     wrong_count = (count_problem(spec.repetitions, len(harness.runs), stop)
-                   or warmup_problem(spec.warmup_repetitions, spec.warmup_max, len(harness.warmups)))
+                   or warmup_problem(spec.warmup_repetitions, len(harness.warmups)))
     if wrong_count:
         raise VerificationError(wrong_count)
     return JobResult(
