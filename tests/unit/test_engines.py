@@ -164,3 +164,14 @@ def test_each_data_root_gets_its_own_dockerd_name_socket_and_run_directory():
     assert docker_engine.daemon_name(other) != "dockerd" and docker_engine.data_root(other) == "/srv/other/docker"
     assert docker_engine.own_url(default) == f"unix://{engines.RUN_ROOT}/dockerd/docker.sock"
     assert docker_engine.own_url(other) == f"unix://{engines.RUN_ROOT}/{docker_engine.daemon_name(other)}/docker.sock"
+
+
+def test_cleanup_leaves_directories_that_are_no_daemons_alone():
+    """/run/dlvirt also holds the host's benchmark lock and keep_others_away's records: the orphans'
+    cleanup takes no lock there (in bench/ it would wait for another study's launch)."""
+    other = engines.private_run_dir(f"selftest-notadaemon-{os.getpid()}")
+    try:
+        engines.release_orphans()
+        assert not (other / "lock").exists()
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
