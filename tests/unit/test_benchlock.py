@@ -93,3 +93,4 @@ def test_two_studies_started_at_once_never_launch_at_the_same_time(tmp_path, noo
     assert waits, "two studies started at once: one launch waited for the other"
     assert any(str(study) in line for lock in waits for line in lock["waited_for"] for study in studies), waits
     assert any("waiting for the host's benchmark lock" in out for out in outputs)
+

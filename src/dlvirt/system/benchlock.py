@@ -30,7 +30,7 @@ from typing import Any
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.owner import process_start_time
 from dlvirt.system import private
-from dlvirt.system.engines import RUN_ROOT
+from dlvirt.system.engines import RUN_ROOT, EngineError
 
 LOCK_DIR = RUN_ROOT / "bench"
 LOCK_WHAT = "the host's benchmark lock directory"
@@ -60,7 +60,11 @@ def held(what: str, study: Path, say: Callable[[str], None],
     """Hold the host's benchmark lock for the block, doing ``what`` (a launch's scenario name, a
     build) for the study in ``study``; ``say`` is told whom a waiter waits for. Yields what the run
     record keeps: how long the launch waited and for whom."""
-    private.private_dir(directory, LOCK_WHAT)
+    try:
+        private.private_dir(directory, LOCK_WHAT)
+    except PermissionError:
+        raise EngineError(f"the host's benchmark lock {directory / 'lock'} is root's: run dlvirt as root, as "
+                          "its engines and cgroups need (docs/security.md)") from None
     fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         asked = time.monotonic()
