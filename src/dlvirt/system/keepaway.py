@@ -162,7 +162,10 @@ def _move_away(hierarchy: Path, scope: Path, cpus: tuple[int, ...], exempt: set[
                                "why": "its cpuset holds only the launch's CPUs"} for p in user]
             continue
         away = group / f"dlvirt-away-{state['tag']}"
-        entry: dict[str, Any] = {"cgroup": relative, "away": str(away), "pids": {}}
+        # every process's threads saved, and written down, before the group is made and any moves
+        entry: dict[str, Any] = {"cgroup": relative, "away": str(away), "pids": {
+            str(pid): {"start": process_start_time(pid), "comm": _comm(pid), "threads": _threads(pid)}
+            for pid in user}}
         state["groups"].append(entry)
         write_json_atomic(path, state)
         away.mkdir()
@@ -170,9 +173,6 @@ def _move_away(hierarchy: Path, scope: Path, cpus: tuple[int, ...], exempt: set[
         (away / "cpuset.mems").write_text((group / "cpuset.effective_mems").read_text())
         (away / "cpuset.cpus").write_text(format_cpulist(tuple(sorted(rest))))
         for pid in user:
-            threads = _threads(pid)
-            entry["pids"][str(pid)] = {"start": process_start_time(pid), "comm": _comm(pid), "threads": threads}
-            write_json_atomic(path, state)
             try:
                 (away / "cgroup.procs").write_text(f"{pid}\n")
             except ProcessLookupError:
