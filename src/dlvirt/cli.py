@@ -103,10 +103,13 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
 
 def _cmd_weights(args: argparse.Namespace) -> int:
     from dlvirt.apps import app_class
+    from dlvirt.system import benchlock
 
     output = Path(args.output)
-    digest = app_class(args.app).build_weights(_json_arg(args, "settings", ("dataset",)), Path(args.dataset_dir),
-                                               output)
+    # it loads the machine as a launch does: no launch of any study runs beside it
+    with benchlock.held(f"building the {args.app} weights", Path.cwd(), lambda line: print(f"dlvirt: {line}")):
+        digest = app_class(args.app).build_weights(_json_arg(args, "settings", ("dataset",)),
+                                                   Path(args.dataset_dir), output)
     print(f"{output}: sha256 {digest}")
     return 0
 

@@ -280,34 +280,95 @@ def test_stale_containers_of_dead_runs_are_removed_live_ones_kept(engine, cn_ima
                 container.remove(force=True)
 
 
-def test_old_images_are_pruned_to_the_newest_k_and_one_in_use_is_kept(engine):
-    """container_image.prune on a repository of this test's own (never the real dlvirt-cn, which
-    other sessions on this engine may use): tiny imported images, oldest first."""
+def _tiny_images(engine, repo: str, count: int) -> list[str]:
+    """``count`` tiny imported images ``<repo>:v<i>``, oldest first."""
     import io
     import tarfile
 
-    repo = f"dlvirt-prunetest-{os.getpid()}"
     tags = []
-    for i in range(4):
+    for i in range(count):
         data = io.BytesIO()
         with tarfile.open(fileobj=data, mode="w") as tar:
-            info = tarfile.TarInfo(f"file{i}")
-            tar.addfile(info, io.BytesIO(b""))
+            tar.addfile(tarfile.TarInfo(f"file{i}"), io.BytesIO(b""))
         engine.api.import_image_from_data(data.getvalue(), repository=repo, tag=f"v{i}")
         tags.append(f"{repo}:v{i}")
         time.sleep(1.1)  # Created has second resolution on some engines
+    return tags
+
+
+def test_a_prune_removes_only_this_studys_old_images_never_another_studys(engine, tmp_path):
+    """container_image.prune on a repository of this test's own (never the real dlvirt-cn, which
+    other sessions on this engine may use): two studies (two checkouts) claim tiny imported images;
+    the first prunes to its newest 2. Its oldest is in a container's use and stays; one the second
+    study claims too stays, with the second's claim; one only the first claimed is removed; images
+    only the second claimed are not touched."""
+    repo = f"dlvirt-prunetest-{os.getpid()}"
+    tags = _tiny_images(engine, repo, 6)
+    mine, theirs = (container_image.study_repo(tmp_path / name, repo) for name in ("first", "second"))
+    assert mine != theirs and mine == container_image.study_repo(tmp_path / "x" / ".." / "first", repo)
+    for tag in tags[:5]:
+        container_image.claim(engine.images.get(tag), tag, mine)
+    for tag in (tags[1], tags[5]):
+        container_image.claim(engine.images.get(tag), tag, theirs)
     user = engine.containers.create(tags[0], ["none"], network_mode="none")
     try:
-        said = container_image.prune(engine, 2, repo)
-        left = {t for image in engine.images.list(name=repo) for t in image.tags}
-        assert left == {tags[0], tags[2], tags[3]}
-        assert f"removed old CN image {tags[1]} (platforms.CN.keep_images: 2)" in said
+        said = container_image.prune(engine, 2, mine, repo)
+
+        def tagged(name: str) -> set[str]:
+            return {t for image in engine.images.list(name=name) for t in image.tags if t.startswith(f"{name}:")}
+
+        assert tagged(repo) == {tags[i] for i in (0, 1, 3, 4, 5)}
+        assert tagged(mine) == {f"{mine}:v{i}" for i in (0, 3, 4)}
+        assert tagged(theirs) == {f"{theirs}:v{i}" for i in (1, 5)}
+        assert f"removed old CN image {tags[2]} (platforms.CN.keep_images: 2)" in said
+        assert any(line.startswith(f"released old CN image {tags[1]}") and "1 other study" in line for line in said)
         assert any(line.startswith(f"kept old CN image {tags[0]}") for line in said)
     finally:
         user.remove(force=True)
-        for tag in tags:
-            with contextlib.suppress(docker.errors.ImageNotFound):
-                engine.images.remove(tag)
+        for image in engine.images.list(name=repo):
+            engine.images.remove(image.id, force=True)
+
+
+def test_the_image_step_claims_the_image_for_its_study(engine, tmp_path):
+    """``dlvirt image`` (container_image.ensure) claims the image it finds for the checkout it runs
+    in. A checkout of this test's own (its code changed by a comment, so its tag is no real image's)
+    with a tiny image under that tag: found present, not built, and claimed."""
+    checkout = copy_workflow(tmp_path / "wf")
+    with open(checkout / "src" / "dlvirt" / "__init__.py", "a") as handle:
+        handle.write(f"# claims test {os.getpid()}\n")
+    tag = container_image.content_tag(checkout)
+    (tiny,) = _tiny_images(engine, f"dlvirt-claimtest-{os.getpid()}", 1)
+    engine.images.get(tiny).tag(*tag.split(":"))
+    try:
+        info = container_image.ensure(checkout, SETTINGS, tmp_path / "cn.json")
+        assert info["source"] == "present" and not info["built"]
+        claims = container_image.study_repo(checkout)
+        assert f"{claims}:{tag.split(':')[1]}" in engine.images.get(tag).tags
+    finally:
+        engine.images.remove(engine.images.get(tiny).id, force=True)
+
+
+def test_a_study_with_another_data_root_gets_a_dockerd_of_its_own(engine, tmp_path):
+    """The suite's engine serves the default data root; a study naming another one gets its own
+    dockerd (own socket, pid, data root), which stops with its last lease; the suite's runs on."""
+    if docker_engine.engine_url(SETTINGS) != docker_engine.own_url(SETTINGS):
+        pytest.skip("the suite uses an engine dlvirt did not start")
+    other = {**SETTINGS, "engine": {"host": None, "data_root": str(tmp_path / "docker")}}
+    (daemon,) = Container.daemons({"CN": other})
+    assert docker_engine.engine_url(other) != docker_engine.engine_url(SETTINGS)
+    lease = engines.acquire(daemon, os.getpid())
+    try:
+        assert lease is not None and lease.started_now
+        client = docker_engine.connect(other, "platforms.CN")
+        try:
+            assert client.info()["DockerRootDir"] == str(tmp_path / "docker")
+        finally:
+            client.close()
+        assert engine.info()["DockerRootDir"] == docker_engine.data_root(SETTINGS)
+    finally:
+        engines.release(daemon.name, os.getpid())
+    assert not docker_engine.answers(docker_engine.engine_url(other)) and engine.ping()
+    shutil.rmtree(daemon.run_dir, ignore_errors=True)
 
 
 def test_second_build_with_nothing_changed_rebuilds_nothing(engine, cn_image, checkout, tmp_path):

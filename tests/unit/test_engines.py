@@ -132,3 +132,46 @@ def test_a_daemon_log_over_its_cap_keeps_its_tail_and_starts_again(tmp_path):
         daemon.write(b"on")
     assert log.read_bytes() == b"on"  # written at the start again, no hole
     assert os.stat(tmp_path / "daemon.log.1").st_mode & 0o777 == 0o600
+
+
+def test_a_running_daemon_that_serves_something_else_is_refused_not_used(http_daemon):
+    """Two studies asking one daemon name for different things (dockerd: two data roots): the second
+    is refused with a line naming both, and the first's daemon runs on."""
+    import dataclasses
+
+    holder = sleeper()
+    first = dataclasses.replace(http_daemon, serves="data root /srv/a")
+    try:
+        lease = engines.acquire(first, holder.pid)
+        assert lease is not None and lease.started_now
+        with pytest.raises(engines.EngineError) as refused:
+            engines.acquire(dataclasses.replace(http_daemon, serves="data root /srv/b"), os.getpid())
+        message = str(refused.value)
+        assert "\n" not in message and "data root /srv/a" in message and "data root /srv/b" in message
+        assert first.probe() and engines.acquire(first, os.getpid()) is not None
+        engines.release(first.name, os.getpid())
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_each_data_root_gets_its_own_dockerd_name_socket_and_run_directory():
+    from dlvirt.system import docker_engine
+
+    default = {"engine": {"data_root": docker_engine.DEFAULT_DATA_ROOT}}
+    other = {"engine": {"data_root": "/srv/other/docker/"}}
+    assert docker_engine.daemon_name(default) == docker_engine.daemon_name({}) == "dockerd"
+    assert docker_engine.daemon_name(other) != "dockerd" and docker_engine.data_root(other) == "/srv/other/docker"
+    assert docker_engine.own_url(default) == f"unix://{engines.RUN_ROOT}/dockerd/docker.sock"
+    assert docker_engine.own_url(other) == f"unix://{engines.RUN_ROOT}/{docker_engine.daemon_name(other)}/docker.sock"
+
+
+def test_cleanup_leaves_directories_that_are_no_daemons_alone():
+    """/run/dlvirt also holds the host's benchmark lock and keep_others_away's records: the orphans'
+    cleanup takes no lock there (in bench/ it would wait for another study's launch)."""
+    other = engines.private_run_dir(f"selftest-notadaemon-{os.getpid()}")
+    try:
+        engines.release_orphans()
+        assert not (other / "lock").exists()
+    finally:
+        shutil.rmtree(other, ignore_errors=True)

@@ -260,8 +260,12 @@ def benchmark_spec(job):
     tool = tool_class(job.tool)
     settings = tool.job_settings(config, job.app)
     tool_settings = {tool.kind.section: settings} if tool.kind.section and settings is not None else {}
+    # only when asked: a spec is a param, and a new key in every spec would rerun every launch
+    away = config["keep_others_away"]
+    keep_away = {"keep_others_away": away} if away["enabled"] else {}
     return {
         **tool_settings,
+        **keep_away,
         "tool": job.tool,
         "app": job.app,
         "scenario": job.scenario.to_dict(),

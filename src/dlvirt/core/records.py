@@ -189,6 +189,8 @@ class JobSpec(Record):
     # the rerun rule (run.interference, study.interference): {disturbed_above, reruns}; None: older specs,
     # neither marked nor run again
     interference: dict[str, Any] | None = None
+    # keep_others_away (dlvirt.system.keepaway): enabled, min_cpus_left, scope; None: others stay
+    keep_others_away: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,12 @@ class JobResult(Record):
     # attempt's disturbed repetitions and others' CPU, which attempt is this record's and why the
     # others were run again; absent in older results and where the spec had no rule
     interference: dict[str, Any] | None = None
+    # The host's benchmark lock (dlvirt.system.benchlock) the launch held: lock, waited_s (from asking
+    # to holding it), waited_for (the launches of any study it waited for). Absent in older results.
+    bench_lock: dict[str, Any] | None = None
+    # What keep_others_away did for the launch (dlvirt.system.keepaway): done, and why not; or the
+    # processes moved per cgroup, those left and why, and how they were put back (restored).
+    others_kept_away: dict[str, Any] | None = None
 
 
 # A run record's place: <runs>/<tool>/<app>/<platform>/<cores>/<pinning>/<processor>/<replicate>.json

@@ -202,6 +202,8 @@ class Platform(ABC):
     # Settings of its config section that are paths ("file" or "dir"), which the config check
     # looks at before any job is built.
     path_settings: ClassVar[dict[str, str]] = {}
+    # a pinned scenario's CPUs and memory nodes, chosen by provision (None: not pinned)
+    placement: topology.Placement | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -12,6 +12,10 @@
 - Tag: ``dlvirt-cn:<hash>`` over the Dockerfile, the lock, the package's code and the base recipe,
   so an unchanged input set is never rebuilt (the engine already has that tag), and a changed one
   gets a new tag (and the CN jobs that ran the old image rerun).
+- Claims: a study (one checkout) that uses an image tags it ``dlvirt-cn-study-<hash of the
+  checkout's path>:<hash>`` too; a new build prunes only this study's claims beyond
+  ``platforms.CN.keep_images`` and removes an image only when no other study claims it, so two
+  studies sharing an engine never remove each other's images.
 
 Users with a registry can run a pulled image instead (``platforms.CN.image``).
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.codeversion import SOURCE_SUFFIXES
-from dlvirt.system import docker_engine
+from dlvirt.system import benchlock, docker_engine
 from dlvirt.system.engines import EngineError, locked
 from dlvirt.system.hostinfo import python_stack
 
@@ -233,20 +237,51 @@ def build(root: Path, settings: dict[str, Any], client: Any, workdir: Path) -> s
     return tag
 
 
-def prune(client: Any, keep: int, repo: str = IMAGE_REPO) -> list[str]:
-    """Remove all but the newest ``keep`` of dlvirt's own images (``<repo>:*``) from the engine;
-    one a container still uses is left (the engine refuses)."""
-    from docker.errors import APIError
+def study_repo(root: Path, repo: str = IMAGE_REPO) -> str:
+    """The repository of the study in checkout ``root``'s claims on images of ``repo``: one study, one
+    checkout (its resolved path), on every engine it uses."""
+    return f"{repo}-study-{hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]}"
 
-    tagged = [(image.attrs.get("Created", ""), tag) for image in client.images.list(name=repo)
-              for tag in image.tags if tag.startswith(f"{repo}:")]
+
+def claim(image: Any, tag: str, claims: str) -> None:
+    """Mark ``image`` (tagged ``tag``, ``<repo>:<name>``) as used by the study whose claims are the
+    repository ``claims``: a second tag, ``<claims>:<name>``, which keeps it from other studies' prunes."""
+    image.tag(claims, tag.split(":", 1)[1])
+
+
+def prune(client: Any, keep: int, claims: str, repo: str = IMAGE_REPO) -> list[str]:
+    """Drop this study's claims (``<claims>:*``) on all but the newest ``keep`` of the ``<repo>:*``
+    images it used, and remove each such image that no other study claims (the engine refuses one a
+    container still uses: it is kept, with its tags). Another study's images, claimed or not, are left."""
+    from docker.errors import APIError, NotFound
+
+    others = f"{repo}-study-"
+    claimed = [(image.attrs.get("Created", ""), image, tag) for image in client.images.list(name=claims)
+               for tag in image.tags if tag.startswith(f"{claims}:")]
     said = []
-    for _, tag in sorted(tagged, reverse=True)[keep:]:
+    for _, image, tag in sorted(claimed, key=lambda item: (item[0], item[2]), reverse=True)[keep:]:
+        shared = f"{repo}:{tag.split(':', 1)[1]}"
         try:
-            client.images.remove(tag)
-            said.append(f"removed old CN image {tag} (platforms.CN.keep_images: {keep})")
-        except APIError as exc:
+            client.images.remove(tag)  # while the image has another tag, this only drops the claim
+        except APIError as exc:  # the claim was its last tag, and a container uses it
             said.append(f"kept old CN image {tag}: {exc.explanation or exc}")
+            continue
+        try:
+            image.reload()  # as it is now: another study may have claimed it meanwhile
+        except NotFound:
+            said.append(f"removed old CN image {tag} (platforms.CN.keep_images: {keep})")
+            continue
+        users = [t for t in image.tags if t.startswith(others)]
+        if users or shared not in image.tags:
+            said.append(f"released old CN image {shared} (platforms.CN.keep_images: {keep}); "
+                        f"kept for {len(users)} other stud{'y' if len(users) == 1 else 'ies'}")
+            continue
+        try:
+            client.images.remove(shared)
+            said.append(f"removed old CN image {shared} (platforms.CN.keep_images: {keep})")
+        except APIError as exc:
+            image.tag(claims, tag.split(":", 1)[1])  # still this study's, to prune again next time
+            said.append(f"kept old CN image {shared}: {exc.explanation or exc}")
     return said
 
 
@@ -282,16 +317,21 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                 source = "pulled"
         else:
             wanted = content_tag(root)
-            with locked(build_dir(settings), "the CN image's build directory"):  # one host: builds wait for each other
+            # one host: builds, claims and prunes wait for each other
+            with locked(build_dir(settings), "the CN image's build directory"):
                 try:
                     image = client.images.get(wanted)
                     source = "present"
                 except ImageNotFound:
-                    build(root, settings, client, build_dir(settings))
+                    # it loads the machine for minutes: no launch of any study runs beside it
+                    with benchlock.held("building the CN image", root.resolve(), lambda line: print(f"dlvirt: {line}")):
+                        build(root, settings, client, build_dir(settings))
                     image = client.images.get(wanted)
                     source = "built"
                     built = True
-                    for line in prune(client, int(settings.get("keep_images", KEEP_IMAGES))):
+                claim(image, wanted, study_repo(root))
+                if built:
+                    for line in prune(client, int(settings.get("keep_images", KEEP_IMAGES)), study_repo(root)):
                         print(line, flush=True)
         info = {"image": wanted, "id": image.id, "size_bytes": image.attrs.get("Size"), "source": source,
                 "built": built, "seconds": round(time.monotonic() - started, 1),

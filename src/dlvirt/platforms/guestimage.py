@@ -398,17 +398,21 @@ def build_for_workflow(variant: str, output_dir: Path, root: Path, cn_settings: 
     code, kept beside the guest images), Debian packages cached across variants, the host's mirror.
     ``cn_settings`` also carries ``platforms.VM.gpu_driver`` for the gpu variant (``gpu_driver``)."""
     from dlvirt.platforms import container_image
+    from dlvirt.system import benchlock
 
     output_dir = Path(output_dir)
     context = output_dir.parent / "build-context"
     wheelhouse = requirements = None
-    if variant != "probe":
-        container_image.resolve_wheelhouse(Path(root), context)
-        wheelhouse, requirements = context / "wheelhouse", Path(root) / container_image.host_lock()
-    return build(variant, output_dir, wheelhouse=wheelhouse, requirements=requirements,
-                 docker_image=cn_image if variant == "docker" else None, engine_settings=cn_settings,
-                 mirror=container_image.debian_mirror(cn_settings), cache_dir=output_dir.parent / "debs",
-                 gpu_driver=cn_settings.get("gpu_driver"),
-                 stack={"stack": container_image.host_stack(), "lock": container_image.host_lock(),
-                        "reason": "the host stack, whose lock the image was built from",
-                        "chosen_by": "dlvirt guest-image"})
+    # it loads the machine for minutes: no launch of any study runs beside it
+    with benchlock.held(f"building the {variant} guest image", Path(root).resolve(),
+                        lambda line: print(f"dlvirt: {line}", flush=True)):
+        if variant != "probe":
+            container_image.resolve_wheelhouse(Path(root), context)
+            wheelhouse, requirements = context / "wheelhouse", Path(root) / container_image.host_lock()
+        return build(variant, output_dir, wheelhouse=wheelhouse, requirements=requirements,
+                     docker_image=cn_image if variant == "docker" else None, engine_settings=cn_settings,
+                     mirror=container_image.debian_mirror(cn_settings), cache_dir=output_dir.parent / "debs",
+                     gpu_driver=cn_settings.get("gpu_driver"),
+                     stack={"stack": container_image.host_stack(), "lock": container_image.host_lock(),
+                            "reason": "the host stack, whose lock the image was built from",
+                            "chosen_by": "dlvirt guest-image"})

@@ -37,7 +37,7 @@ from typing import Any
 
 from dlvirt.core.errors import UnsafePlace
 from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale, maker, process_start_time
-from dlvirt.system import cgroups, engines, private
+from dlvirt.system import cgroups, engines, keepaway, private
 
 PREFIX = "dlvirt-"
 RUN_NAME = rf"{PREFIX}{RUN_ID}"                                   # cgroups, containers, guests
@@ -85,7 +85,7 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
 
     from dlvirt.system import docker_engine
 
-    for url in sorted({docker_engine.OWN_URL, docker_engine.engine_url(settings)}):
+    for url in sorted({docker_engine.own_url(settings), docker_engine.engine_url(settings)}):
         if not docker_engine.answers(url):
             continue
         with contextlib.closing(docker.DockerClient(base_url=url, timeout=docker_engine.API_TIMEOUT_S)) as client:
@@ -238,6 +238,7 @@ def remove_stale_local(platform_settings: dict[str, Any] | None = None) -> Itera
     runs when it starts on a cluster node, where the workflow's own start never ran."""
     from dlvirt.platforms import container_platform
 
+    yield from keepaway.restore_stale()  # before the cgroups: the processes a killed launch kept away
     yield from remove_stale_cgroups()
     yield from remove_stale_containers((platform_settings or {}).get(container_platform(), {}))
     yield from remove_stale_guests(platform_settings)

@@ -26,6 +26,7 @@ from dlvirt.platforms.base import Expected, Platform, PlatformError, Verificatio
 from dlvirt.run import interference
 from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
+from dlvirt.system import benchlock, keepaway
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
 # A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
@@ -95,18 +96,26 @@ def launch_split(harness: HarnessOutput, startup_s: float | None, total_s: float
             "weights_check_s": round(weights_check_s, 4), "first_call_s": round(timeline["first_call_s"], 4)}
 
 
+def say(line: str) -> None:
+    print(f"dlvirt: {line}", flush=True)
+
+
 def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path, run_id: str, started: float,
-             weights_check_s: float) -> tuple[HarnessOutput, Expected, dict[str, Any], dict[str, float] | None]:
+             weights_check_s: float) -> tuple[HarnessOutput, Expected, dict[str, Any], dict[str, float] | None,
+                                              dict[str, Any] | None]:
     """One launch of ``job`` on a platform of its own in ``workdir``, verified: its harness output,
-    what it was verified against, the platform's description and the launch's split (``launch_split``
-    from ``started``)."""
+    what it was verified against, the platform's description, the launch's split (``launch_split``
+    from ``started``) and what keep_others_away did."""
     scenario = spec.scenario
     # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
     settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
     print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
     with cls(scenario, settings, workdir, run_id) as platform:
-        run_started = time.time()
-        harness = platform.run(job, timeout_s=float(spec.timeout_s))
+        # the launch's CPUs are known once provisioned; others go back before the teardown
+        cpus = None if platform.placement is None else tuple(platform.placement.cpus)
+        with keepaway.others_away(spec.keep_others_away, cpus, slurm_allocation() is not None, say) as kept_away:
+            run_started = time.time()
+            harness = platform.run(job, timeout_s=float(spec.timeout_s))
         in_run = platform.startup_s(harness, run_started)
         expected = platform.expected()
         # analysis tells bare metal from the rest by this, without importing a platform
@@ -120,7 +129,56 @@ def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path,
                    or warmup_problem(spec.warmup_repetitions, len(harness.warmups)))
     if wrong_count:
         raise VerificationError(wrong_count)
-    return harness, expected, described, launch
+    return harness, expected, described, launch, kept_away
+
+
+def _launch(cls: type[Platform], spec: JobSpec, run_id: str, workdir: Path,
+            lock: dict[str, Any]) -> tuple[JobResult, Path]:
+    """One launch, run again by the rerun rule (``study.interference``) while it is disturbed: its
+    result, not yet published, and the kept attempt's output directory."""
+    scenario = spec.scenario
+    started = time.time()
+    # the weights resource, checked against its checksum file here, before any platform exists
+    weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
+    weights_check_s = time.time() - started
+    job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights,
+                        platform_owns_visible=cls.kind.virtualised)
+    rule = spec.interference
+    attempts: list[dict[str, Any]] = []  # the rerun rule's account (run.interference)
+    while True:
+        # each attempt in a directory of its own: a discarded one's outputs are never published
+        attempt_dir = workdir / f"attempt-{len(attempts) + 1}"
+        harness, expected, described, launch, kept_away = _attempt(cls, spec, job, attempt_dir, run_id, started,
+                                                                    weights_check_s if not attempts else 0.0)
+        runs = harness.runs
+        if rule is None or not interference.judged(runs):
+            break
+        runs = interference.marked(runs, rule["disturbed_above"])
+        attempts.append(interference.attempt(len(attempts) + 1, runs, time.time() - started))
+        if not interference.run_again(attempts[-1], rule):
+            if attempts[-1]["disturbed"]:
+                print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
+                      f"{interference.why(attempts[-1], rule)}; kept, marked disturbed (no rerun left of "
+                      f"{rule['reruns']}, study.interference)", flush=True)
+            break
+        print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
+              f"{interference.why(attempts[-1], rule)}; running it again (at most {rule['reruns']} rerun(s), "
+              "study.interference)", flush=True)
+        shutil.rmtree(attempt_dir, ignore_errors=True)  # a guest's disk, a container's outputs: gone now
+        started = time.time()
+    result = JobResult(
+        tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
+        replicate=spec.replicate,
+        expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
+        slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=runs, warmups=harness.warmups,
+        repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
+        versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
+        placement=placement_record(described, harness.runs),
+        # the harness's code measured; the runner's provisioned and verified (normally the same)
+        code=harness.code, runner_code=code_version(), launch_s=launch,
+        interference=interference.account(rule, attempts) if rule is not None and attempts else None,
+        bench_lock=lock, others_kept_away=kept_away)
+    return result, attempt_dir / "out"
 
 
 def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
@@ -137,47 +195,10 @@ def run_job(spec: JobSpec, output: Path, loadgen_dir: Path) -> JobResult:
                 print(f"dlvirt: {line}", file=sys.stderr)
         cls = platform_class(scenario.platform)
         check_node(cls, spec)
-        started = time.time()
-        # the weights resource, checked against its checksum file here, before any platform exists
-        weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
-        weights_check_s = time.time() - started
-        job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights,
-                            platform_owns_visible=cls.kind.virtualised)
-        rule = spec.interference
-        attempts: list[dict[str, Any]] = []  # the rerun rule's account (run.interference)
-        while True:
-            # each attempt in a directory of its own: a discarded one's outputs are never published
-            attempt_dir = workdir / f"attempt-{len(attempts) + 1}"
-            harness, expected, described, launch = _attempt(cls, spec, job, attempt_dir, run_id, started,
-                                                            weights_check_s if not attempts else 0.0)
-            runs = harness.runs
-            if rule is None or not interference.judged(runs):
-                break
-            runs = interference.marked(runs, rule["disturbed_above"])
-            attempts.append(interference.attempt(len(attempts) + 1, runs, time.time() - started))
-            if not interference.run_again(attempts[-1], rule):
-                if attempts[-1]["disturbed"]:
-                    print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
-                          f"{interference.why(attempts[-1], rule)}; kept, marked disturbed (no rerun left of "
-                          f"{rule['reruns']}, study.interference)", flush=True)
-                break
-            print(f"[dlvirt] {scenario.name} job {run_id}: attempt {len(attempts)}: "
-                  f"{interference.why(attempts[-1], rule)}; running it again (at most {rule['reruns']} rerun(s), "
-                  "study.interference)", flush=True)
-            shutil.rmtree(attempt_dir, ignore_errors=True)  # a guest's disk, a container's outputs: gone now
-            started = time.time()
-        result = JobResult(
-            tool=spec.tool, app=spec.app, scenario=scenario, scenario_name=scenario.name, platform=described,
-            replicate=spec.replicate,
-            expected=vars(expected), verified=True, host=socket.gethostname(), node=node_identity(),
-            slurm=slurm_allocation(), run_id=run_id, spec=spec, runs=runs, warmups=harness.warmups,
-            repetitions=harness.repetitions, dataset=harness.dataset, model=harness.model,
-            versions=harness.versions, model_load_s=harness.model_load_s, stack=harness.stack,
-            placement=placement_record(described, harness.runs),
-            # the harness's code measured; the runner's provisioned and verified (normally the same)
-            code=harness.code, runner_code=code_version(), launch_s=launch,
-            interference=interference.account(rule, attempts) if rule is not None and attempts else None)
-        publish_result(result, output, attempt_dir / "out", loadgen_dir)
+        # one launch at a time on this host, whichever study starts it (dlvirt.system.benchlock)
+        with benchlock.held(scenario.name, Path.cwd(), say) as lock:
+            result, out_dir = _launch(cls, spec, run_id, workdir, lock)
+            publish_result(result, output, out_dir, loadgen_dir)
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -5,11 +5,17 @@ else dlvirt's own dockerd (started through ``dlvirt.system.engines``). dlvirt's 
 data-root, exec-root, socket and (empty) config file, and runs with ``--iptables=false
 --bridge=none --ip-forward=false``: benchmark containers have no network, and the host's firewall,
 bridges and sysctls stay as they were.
+
+One dockerd per data root (``platforms.CN.engine.data_root``): studies with the same data root share
+one (through the engines' leases), a study with another data root gets a dockerd of its own, with its
+own run directory, socket, exec-root and pid file (``RUN_ROOT/dockerd-<hash of the data root>``; the
+default data root's is ``RUN_ROOT/dockerd``), so that no study's images land in another's data root.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -21,8 +27,6 @@ from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError, private_run_dir
 
 DEFAULT_URL = "unix:///var/run/docker.sock"
 DAEMON_NAME = "dockerd"
-RUN_DIR = RUN_ROOT / DAEMON_NAME
-OWN_URL = f"unix://{RUN_DIR / 'docker.sock'}"
 # Every container dlvirt creates carries these; cleanup touches nothing else.
 LABEL_RUN = "dlvirt.run-id"
 LABEL_HOST = "dlvirt.host"
@@ -65,6 +69,24 @@ def _unix_ping(path: str, timeout_s: float) -> bool:
     return status.split(b" ")[1:2] == [b"200"] and rest.rstrip().endswith(b"OK")
 
 
+def data_root(settings: dict[str, Any]) -> str:
+    """The data root of the dockerd dlvirt starts for ``settings`` (platforms.CN)."""
+    return os.path.normpath(settings.get("engine", {}).get("data_root") or DEFAULT_DATA_ROOT)
+
+
+def daemon_name(settings: dict[str, Any]) -> str:
+    """The name (and run directory) of dlvirt's dockerd for the data root ``settings`` name."""
+    root = data_root(settings)
+    if root == DEFAULT_DATA_ROOT:
+        return DAEMON_NAME
+    return f"{DAEMON_NAME}-{hashlib.sha256(root.encode()).hexdigest()[:12]}"
+
+
+def own_url(settings: dict[str, Any]) -> str:
+    """The socket of dlvirt's dockerd for the data root ``settings`` name."""
+    return f"unix://{RUN_ROOT / daemon_name(settings) / 'docker.sock'}"
+
+
 def configured_url(settings: dict[str, Any]) -> str | None:
     return settings.get("engine", {}).get("host") or os.environ.get("DOCKER_HOST") or None
 
@@ -74,7 +96,7 @@ def engine_url(settings: dict[str, Any]) -> str:
     url = configured_url(settings)
     if url is not None:
         return url
-    return DEFAULT_URL if answers(DEFAULT_URL) else OWN_URL
+    return DEFAULT_URL if answers(DEFAULT_URL) else own_url(settings)
 
 
 def dockerd_binary() -> str | None:
@@ -101,17 +123,19 @@ def own_daemon(settings: dict[str, Any], section: str) -> Daemon | None:
     dockerd = dockerd_binary()
     if dockerd is None or os.geteuid() != 0:
         raise EngineError(str(why_no_engine(settings, section)))
-    config_file = private_run_dir(DAEMON_NAME) / "daemon-config.json"
+    name, url = daemon_name(settings), own_url(settings)
+    run_dir = private_run_dir(name)
+    config_file = run_dir / "daemon-config.json"
     config_file.unlink(missing_ok=True)
     private.create_file(config_file, b"{}\n")  # never read the host's /etc/docker/daemon.json
-    engine = settings.get("engine", {})
     return Daemon(
-        name=DAEMON_NAME,
-        command=(dockerd, "--host", OWN_URL, "--data-root", str(engine.get("data_root", DEFAULT_DATA_ROOT)),
-                 "--exec-root", str(RUN_DIR / "exec"), "--pidfile", str(RUN_DIR / "dockerd.pid"),
+        name=name,
+        command=(dockerd, "--host", url, "--data-root", data_root(settings),
+                 "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "dockerd.pid"),
                  "--config-file", str(config_file), "--iptables=false", "--ip-forward=false",
                  "--bridge=none"),
-        probe=lambda: answers(OWN_URL, timeout_s=1.0),
+        serves=f"data root {data_root(settings)}",
+        probe=lambda: answers(url, timeout_s=1.0),
         ready_timeout_s=60.0,
         stop_timeout_s=30.0,
     )

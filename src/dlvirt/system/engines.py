@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.owner import process_start_time
@@ -63,6 +64,9 @@ class Daemon:
     ready_timeout_s: float = 60.0
     stop_timeout_s: float = 30.0
     env: Mapping[str, str] = field(default_factory=dict)  # added to our environment
+    # what this daemon serves, e.g. dockerd's data root: one running under the same name that serves
+    # something else is refused, never used in its place
+    serves: str | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -127,7 +131,7 @@ def _add_lease(run_dir: Path, holder: int) -> None:
     (run_dir / LEASES / str(holder)).write_text(f"{holder} {start_time}\n")
 
 
-def _managed(run_dir: Path) -> dict[str, int | float] | None:
+def _managed(run_dir: Path) -> dict[str, Any] | None:
     """daemon.json of the daemon dlvirt started in ``run_dir`` if that process still runs."""
     path = run_dir / DAEMON_STATE
     if not path.exists():
@@ -238,6 +242,9 @@ def acquire(daemon: Daemon, holder: int) -> Lease | None:
         cap_log(daemon.log)
         _live_leases(run_dir)
         state = _managed(run_dir)
+        if state is not None and state.get("serves", daemon.serves) != daemon.serves:
+            raise EngineError(f"dlvirt's {daemon.name} (pid {state['pid']}) serves {state['serves']}, not "
+                              f"{daemon.serves} as this study asks: stop it or ask for what it serves")
         if daemon.probe():
             if state is None:
                 return None
@@ -249,7 +256,8 @@ def acquire(daemon: Daemon, holder: int) -> Lease | None:
         pid, start_time = _start(daemon)
         write_json_atomic(run_dir / DAEMON_STATE, {
             "name": daemon.name, "pid": pid, "start_time": start_time, "command": list(daemon.command),
-            "stop_timeout_s": daemon.stop_timeout_s, "started_unix": time.time(), "started_for": holder})
+            "stop_timeout_s": daemon.stop_timeout_s, "started_unix": time.time(), "started_for": holder,
+            "serves": daemon.serves})
         _add_lease(run_dir, holder)
         return Lease(daemon.name, holder, pid, started_now=True)
 
@@ -279,8 +287,9 @@ def release_orphans() -> list[str]:
     if not os.path.lexists(RUN_ROOT):
         return []
     private.check(RUN_ROOT, RUN_DIR_WHAT)
-    return [msg for run_dir in sorted(RUN_ROOT.iterdir()) if run_dir.is_dir()
-            if (msg := release(run_dir.name, None)) is not None]
+    # a daemon's run directory holds its state or leases (RUN_ROOT also holds other things of dlvirt's)
+    daemons = [d for d in sorted(RUN_ROOT.iterdir()) if (d / DAEMON_STATE).exists() or (d / LEASES).is_dir()]
+    return [msg for run_dir in daemons if (msg := release(run_dir.name, None)) is not None]
 
 
 def record(state_dir: Path, lease: Lease) -> None:
