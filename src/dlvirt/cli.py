@@ -59,6 +59,7 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.analysis.columns import SummaryError
     from dlvirt.analysis.compare import CompareError
     from dlvirt.apps.base import AppError
+    from dlvirt.core.calibration import CalibrationError
     from dlvirt.core.errors import ConfigError
     from dlvirt.core.formats import FormatError
     from dlvirt.core.records import RecordError
@@ -70,7 +71,7 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.system.engines import EngineError
 
     if isinstance(err, (UsageError, ConfigError, RecordError, CompareError, FormatError, SummaryError,
-                        FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+                        CalibrationError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return EXIT_INPUT
     if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
         return EXIT_RUN
@@ -324,9 +325,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from dlvirt.analysis.compare import EXIT_SLOWER, SLOWER, run
+    from dlvirt.analysis.compare import EXIT_SLOWER, SLOWER, calibration_line, run
+    from dlvirt.core.calibration import read_calibration
 
-    table = run(Path(args.a), Path(args.b), Path(args.out), args.margin)
+    calibration = read_calibration(args.calibration) if args.calibration else None
+    table = run(Path(args.a), Path(args.b), Path(args.out), args.margin, calibration)
+    print(calibration_line(table, calibration))
     for row in table.itertuples():
         ratio = "" if row.ratio != row.ratio else f" B/A {row.ratio:.3g}"
         interval = "" if row.low90 != row.low90 else f" [90 % CI {row.low90:.3g}, {row.high90:.3g}]"
@@ -533,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("b", help="results folder of study B")
     p.add_argument("--out", default="compare", help="folder for compare.csv and compare.html (default: compare)")
     p.add_argument("--margin", type=float, default=0.05, help="relative margin for alike / minimum effect (0.05)")
+    p.add_argument("--calibration", default=None,
+                   help="this hardware's calibration (dlvirt calibrate's JSON): its day variance enters the contrasts")
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("warmup", help="suggest each app's and tool's warm-up count (study.warmup_repetitions) "

@@ -20,7 +20,7 @@ from dlvirt.core.atomic import read_json
 KEY = "format_version"
 
 Document = Literal["run record", "harness output", "harness job", "plan", "host facts", "summary", "claims",
-                   "compare", "table", "dataset info", "weights check"]
+                   "compare", "table", "dataset info", "weights check", "calibration"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,13 @@ VERSIONS: dict[str, Format] = {
     "host facts": Format(1, True),
     "summary": Format(1, True),
     "claims": Format(1, True),
-    # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b
-    "compare": Format(4, False),
+    # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b;
+    # 5 the round as a variance component, day_sd and calibration
+    "compare": Format(5, False),
     "table": Format(1, True),
     "dataset info": Format(1, True),  # a prepared dataset's dataset.json (the run record keeps it as dataset)
     "weights check": Format(1, False),  # <weights>.checked.json: the file's identity when its hash matched
+    "calibration": Format(1, False),  # dlvirt calibrate's document (dlvirt.core.calibration)
 }
 
 
