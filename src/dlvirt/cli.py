@@ -350,6 +350,17 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from dlvirt.analysis.calibrate import calibrate, plain_words
+
+    calibration = calibrate([Path(f) for f in args.blocks], args.margin)
+    calibration.write(Path(args.out))
+    for line in plain_words(calibration):
+        print(line)
+    print(f"written: {args.out}")
+    return 0
+
+
 def _cmd_cpus(args: argparse.Namespace) -> int:
     import os
 
@@ -547,6 +558,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--margin", type=float, default=0.01,
                    help="a repetition slower than its launch's later half by at most this share has warmed (0.01)")
     p.set_defaults(func=_cmd_warmup)
+
+    p = sub.add_parser("calibrate", help="this hardware's day-to-day variance from A/A blocks (two or more results "
+                                         "folders of one config run at different times), for compare")
+    p.add_argument("blocks", nargs="+", help="results folders of the blocks (summary.csv, host.json, runs/)")
+    p.add_argument("--out", default="calibration.json", help="the calibration document (default: calibration.json)")
+    p.add_argument("--margin", type=float, default=0.05, help="compare's margin for the blocks' false alarms (0.05)")
+    p.set_defaults(func=_cmd_calibrate)
 
     args = parser.parse_args(argv)
     if getattr(args, "retry_wait_s", 0) > 0:

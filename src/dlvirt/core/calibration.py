@@ -76,8 +76,10 @@ def read_calibration(path: str | Path) -> Calibration:
     """The calibration at ``path``; CalibrationError naming the file and the key that is wrong."""
     content = formats.read_document(path, "calibration")
     try:
-        platforms = {name: Components(**{k: (int(v) if k == "scenarios" else float(v)) for k, v in c.items()})
-                     for name, c in content["platforms"].items()}
+        platforms = {str(name): Components(
+            residual=float(c["residual"]), residual_df=float(c["residual_df"]), round=float(c["round"]),
+            round_df=float(c["round_df"]), day=float(c["day"]), day_df=float(c["day_df"]),
+            scenarios=int(c["scenarios"])) for name, c in content["platforms"].items()}
         return Calibration(
             hardware=tuple(str(h) for h in content["hardware"]), blocks=tuple(str(b) for b in content["blocks"]),
             launches=int(content["launches"]), platforms=platforms,
