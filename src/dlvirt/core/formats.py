@@ -33,7 +33,8 @@ VERSIONS: dict[str, Format] = {
     "run record": Format(1, True),
     "harness output": Format(1, True),
     "harness job": Format(1, True),
-    "plan": Format(2, False),  # 2: structured left-out entries (1, unversioned: [what, why] prose pairs)
+    # plan: 2 structured left-out entries (1, unversioned: [what, why] prose pairs); 3 node_kind
+    "plan": Format(3, False),
     "host facts": Format(1, True),
     "summary": Format(1, True),
     "claims": Format(1, True),
