@@ -29,6 +29,7 @@ import statistics
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
@@ -82,10 +83,14 @@ def components(data: pd.DataFrame) -> Components:
         raise CompareError(f"platform {data['platform'].iloc[0]}: too few launches to calibrate "
                            "(each scenario needs two or more launches in a block)")
     vc = {"day": "0 + C(cell)", **({"round": "0 + C(round)"} if separable else {})}
-    with warnings.catch_warnings():
-        # a component estimated at its boundary (zero) is a result, not a failure
-        warnings.simplefilter("ignore")
-        fit = smf.mixedlm("y ~ 0 + C(cell)", data, groups="block", re_formula="0", vc_formula=vc).fit(reml=True)
+    try:
+        with warnings.catch_warnings():
+            # a component estimated at its boundary (zero) is a result, not a failure
+            warnings.simplefilter("ignore")
+            fit = smf.mixedlm("y ~ 0 + C(cell)", data, groups="block", re_formula="0", vc_formula=vc).fit(reml=True)
+    except (np.linalg.LinAlgError, ValueError) as err:
+        raise CompareError(f"platform {data['platform'].iloc[0]}: its variance components cannot be fitted "
+                           f"({err})") from None
     found = dict(zip(fit.model.exog_vc.names, (float(v) for v in fit.vcomp), strict=True))
     return Components(residual=float(fit.scale), residual_df=residual_df, round=found.get("round", 0.0),
                       round_df=round_df, day=found["day"], day_df=float(blocks - 1), scenarios=cells)

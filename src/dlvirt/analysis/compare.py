@@ -186,14 +186,17 @@ class Between:
         if x is None or len(y) <= len(self.cells):
             return
         if self.mixed:
-            with warnings.catch_warnings():
-                # a round variance estimated at its boundary (zero) is a result, not a failure
-                warnings.simplefilter("ignore")
-                fit = sm.MixedLM(y, x, groups=rounds.to_numpy()).fit(reml=True)
-            k = len(self.cells)
-            self.params, self.cov = np.asarray(fit.fe_params), np.asarray(fit.cov_params())[:k, :k]
-            self.scale = float(fit.scale)
-        else:
+            try:
+                with warnings.catch_warnings():
+                    # a round variance estimated at its boundary (zero) is a result, not a failure
+                    warnings.simplefilter("ignore")
+                    fit = sm.MixedLM(y, x, groups=rounds.to_numpy()).fit(reml=True)
+                k = len(self.cells)
+                self.params, self.cov = np.asarray(fit.fe_params), np.asarray(fit.cov_params())[:k, :k]
+                self.scale = float(fit.scale)
+            except (np.linalg.LinAlgError, ValueError):  # e.g. no spread at all: the cells alone
+                self.mixed = False
+        if not self.mixed:
             ols = sm.OLS(y, x).fit()
             self.params, self.cov, self.scale = np.asarray(ols.params), np.asarray(ols.cov_params()), float(ols.scale)
             self.residual_df = float(ols.df_resid)
