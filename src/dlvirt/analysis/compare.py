@@ -285,8 +285,8 @@ class Pair:
 def with_day(contrast: Contrast, day: Contrast) -> Contrast:
     """``contrast`` with the calibrated ``day`` component added, on the smaller of their degrees of
     freedom: the day's variance rests on few blocks, and where it comes out small Welch–Satterthwaite
-    would lend the sum the residual's many degrees of freedom (simulated: 30 % false alarms instead of
-    5 % from three blocks), so the day's own df bound the test's."""
+    would lend the sum the residual's many degrees of freedom (simulated, three blocks: 6 of 20 pairs
+    with a false slower instead of at most 5 %), so the day's own df bound the test's."""
     total = combine([(1.0, contrast), (1.0, day)]) if day.se > 0 else contrast
     return Contrast(total.log, total.se, min(total.df, day.df))
 
