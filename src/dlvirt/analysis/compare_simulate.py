@@ -39,8 +39,9 @@ from dlvirt.core.calibration import Calibration
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
 
-# a recorded run record, for its structure only (every timing is replaced): a source checkout's
-TEMPLATE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "runs" / "mlperf-ic-BM-1-VNL-CPU.json"
+# the recorded run records of a source checkout: one, for its structure only (every timing is replaced)
+RECORDED = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "runs"
+TEMPLATE_NAME = "*-ic-BM-1-VNL-CPU.json"  # any run tool (only its own module names a tool)
 PLATFORMS, APPS = ("BM", "CN"), ("ic", "nlp")
 LAUNCHES, REPETITIONS = 5, 2  # config/config.yaml's design
 WITHIN, BETWEEN = 0.04, 0.05  # log-scale SDs within a launch and between launches
@@ -56,9 +57,11 @@ Row = tuple[str, str, int, int, float]
 
 @functools.cache
 def template() -> JobResult:
-    if not TEMPLATE.is_file():
-        raise FileNotFoundError(f"{TEMPLATE}: the recorded run record the simulation builds on (a source checkout's)")
-    return JobResult.read(TEMPLATE)
+    found = sorted(RECORDED.glob(TEMPLATE_NAME))
+    if not found:
+        raise FileNotFoundError(f"{RECORDED / TEMPLATE_NAME}: no recorded run record to build on (a source "
+                                "checkout's)")
+    return JobResult.read(found[0])
 
 
 def simulated(name: str, rng: np.random.Generator, drift: float, day: float = 0.0, node: str = "X",
