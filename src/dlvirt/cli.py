@@ -59,6 +59,7 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.analysis.columns import SummaryError
     from dlvirt.analysis.compare import CompareError
     from dlvirt.apps.base import AppError
+    from dlvirt.core.calibration import CalibrationError
     from dlvirt.core.errors import ConfigError
     from dlvirt.core.formats import FormatError
     from dlvirt.core.records import RecordError
@@ -70,7 +71,7 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.system.engines import EngineError
 
     if isinstance(err, (UsageError, ConfigError, RecordError, CompareError, FormatError, SummaryError,
-                        FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+                        CalibrationError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return EXIT_INPUT
     if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
         return EXIT_RUN
@@ -347,9 +348,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from dlvirt.analysis.compare import EXIT_SLOWER, SLOWER, run
+    from dlvirt.analysis.compare import EXIT_SLOWER, SLOWER, calibration_line, run
+    from dlvirt.core.calibration import read_calibration
 
-    table = run(Path(args.a), Path(args.b), Path(args.out), args.margin)
+    calibration = read_calibration(args.calibration) if args.calibration else None
+    table = run(Path(args.a), Path(args.b), Path(args.out), args.margin, calibration)
+    print(calibration_line(table, calibration))
     for row in table.itertuples():
         ratio = "" if row.ratio != row.ratio else f" B/A {row.ratio:.3g}"
         interval = "" if row.low90 != row.low90 else f" [90 % CI {row.low90:.3g}, {row.high90:.3g}]"
@@ -366,6 +370,17 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
 
     records = [r for runs in args.runs for r in read_records(Path(runs))]
     print(report(suggest(records, args.margin), args.margin))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from dlvirt.analysis.calibrate import calibrate, plain_words
+
+    calibration = calibrate([Path(f) for f in args.blocks], args.margin)
+    calibration.write(Path(args.out))
+    for line in plain_words(calibration):
+        print(line)
+    print(f"written: {args.out}")
     return 0
 
 
@@ -562,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("b", help="results folder of study B")
     p.add_argument("--out", default="compare", help="folder for compare.csv and compare.html (default: compare)")
     p.add_argument("--margin", type=float, default=0.05, help="relative margin for alike / minimum effect (0.05)")
+    p.add_argument("--calibration", default=None,
+                   help="this hardware's calibration (dlvirt calibrate's JSON): its day variance enters the contrasts")
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("warmup", help="suggest each app's and tool's warm-up count (study.warmup_repetitions) "
@@ -570,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--margin", type=float, default=0.01,
                    help="a repetition slower than its launch's later half by at most this share has warmed (0.01)")
     p.set_defaults(func=_cmd_warmup)
+
+    p = sub.add_parser("calibrate", help="this hardware's day-to-day variance from A/A blocks (two or more results "
+                                         "folders of one config run at different times), for compare")
+    p.add_argument("blocks", nargs="+", help="results folders of the blocks (summary.csv, host.json, runs/)")
+    p.add_argument("--out", default="calibration.json", help="the calibration document (default: calibration.json)")
+    p.add_argument("--margin", type=float, default=0.05, help="compare's margin for the blocks' false alarms (0.05)")
+    p.set_defaults(func=_cmd_calibrate)
 
     args = parser.parse_args(argv)
     if getattr(args, "retry_wait_s", 0) > 0:

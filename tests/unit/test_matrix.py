@@ -96,3 +96,21 @@ def test_shipped_study_configs_run_three_launches_or_more(name):
     """The launch is the unit: a study of fewer launches per scenario cannot decide a claim."""
     study = yaml.safe_load((REPO / "config" / name).read_text())["study"]
     assert study["replicates"] >= 3
+
+
+def test_a_cluster_node_kind_constrains_every_benchmark_job_and_the_plan_records_it():
+    """cluster.node_kind keeps a study on one kind of node (SLURM --constraint, with kvm for guests);
+    results/plan.json says which kind it asked for (null: any)."""
+    from snakemake.utils import validate
+
+    from conftest import smoke_config
+    from dlvirt.plan.planner import node_constraint, plan_document
+
+    config = smoke_config(guests=True, host_check=False)
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))  # fills in the defaults
+    assert config["cluster"]["node_kind"] is None
+    assert (node_constraint(config, "VM"), node_constraint(config, "BM")) == ("kvm", "")
+    assert plan_document(config, expand(config, None), None)["node_kind"] is None
+    config["cluster"]["node_kind"] = "xeon6248"
+    assert (node_constraint(config, "VMCN"), node_constraint(config, "CN")) == ("kvm&xeon6248", "xeon6248")
+    assert plan_document(config, expand(config, None), None)["node_kind"] == "xeon6248"

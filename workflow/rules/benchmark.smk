@@ -21,6 +21,8 @@ rule benchmark:
         bench=1,
         # minutes, for cluster executors: beyond the harness's own timeout, so teardown runs first
         runtime=int(config["harness"]["timeout_s"] // 60) + 30,
+        # a cluster's node features: KVM for guests, the study's node kind (cluster.node_kind)
+        constraint=node_constraint,
     params:
         spec=job_spec,
     shell:

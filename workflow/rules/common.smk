@@ -30,6 +30,7 @@ from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa
 from dlvirt.plan.planner import (  # noqa: E402
     RUN_TOOLS,
     expand as expand_plan,
+    node_constraint as study_node_constraint,
     nothing_to_run,
     plan_document,
     study_run_tools,
@@ -214,6 +215,10 @@ def previous_round(wildcards):
 
 def round_runs(wildcards):
     return [RUN_FILE.format(**job.wildcards) for job in PLAN.round(int(wildcards.replicate))]
+
+
+def node_constraint(wildcards):
+    return study_node_constraint(config, wildcards.platform)
 
 
 def job_priority(wildcards):

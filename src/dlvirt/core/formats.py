@@ -20,7 +20,7 @@ from dlvirt.core.atomic import read_json
 KEY = "format_version"
 
 Document = Literal["run record", "harness output", "harness job", "plan", "host facts", "summary", "claims",
-                   "compare", "table", "dataset info", "weights check"]
+                   "compare", "table", "dataset info", "weights check", "calibration"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,18 @@ VERSIONS: dict[str, Format] = {
     "run record": Format(1, True),
     "harness output": Format(1, True),
     "harness job": Format(1, True),
-    "plan": Format(2, False),  # 2: structured left-out entries (1, unversioned: [what, why] prose pairs)
+    # plan: 2 structured left-out entries (1, unversioned: [what, why] prose pairs); 3 node_kind
+    "plan": Format(3, False),
     "host facts": Format(1, True),
     "summary": Format(1, True),
     "claims": Format(2, False),  # 2: per-part margin, ratio, interval, df, launches, outcome; p_holds, p_fails
-    # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b
-    "compare": Format(4, False),
+    # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b;
+    # 5 the round as a variance component, day_sd and calibration
+    "compare": Format(5, False),
     "table": Format(1, True),
     "dataset info": Format(1, True),  # a prepared dataset's dataset.json (the run record keeps it as dataset)
     "weights check": Format(1, False),  # <weights>.checked.json: the file's identity when its hash matched
+    "calibration": Format(1, False),  # dlvirt calibrate's document (dlvirt.core.calibration)
 }
 
 

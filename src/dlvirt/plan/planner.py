@@ -251,6 +251,15 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def node_constraint(config: dict[str, Any], platform: str) -> str:
+    """The SLURM ``--constraint`` of a benchmark job on ``platform``: KVM for a guest, and the
+    study's node kind (``cluster.node_kind``) for every job; "" for none."""
+    boots = PLATFORM_KINDS[platform].guest_variant is not None  # a guest: needs a node with KVM
+    features = (["kvm"] if boots else []) + \
+        ([config["cluster"]["node_kind"]] if config["cluster"]["node_kind"] else [])
+    return "&".join(features)
+
+
 def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) -> dict[str, Any]:
     """``results/plan.json``: the matrix that runs, what was left out and why, and the display facts
     of the platforms and apps (``kinds``) that analysis reads."""
@@ -259,6 +268,8 @@ def plan_document(config: dict[str, Any], plan: Plan, host_cores: int | None) ->
         "config_sha256": config_hash(config),
         "host_check": config["host_check"],
         "host_cores": host_cores,
+        # the node feature every benchmark job asked for on a cluster (null: any node, any hardware)
+        "node_kind": config["cluster"]["node_kind"],
         "repetitions": config["study"]["repetitions"],
         "warmup_repetitions": config["study"]["warmup_repetitions"],
         "warmup_tolerance": config["study"].get("warmup_tolerance"),

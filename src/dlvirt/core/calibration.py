@@ -1,0 +1,91 @@
+"""The calibration document (``dlvirt calibrate``'s output) and its typed reader.
+
+A calibration is measured on one kind of hardware (its identity: the summary's ``hardware`` label,
+CPU model, CPUs, sockets, architecture) from two or more A/A blocks: the same study run again at
+other times. Per platform it holds the variance components of a scenario's log launch mean: the
+residual (launch to launch within a round), the round (drift within a study) and the block ("day":
+between studies, beyond the rounds), each with its degrees of freedom. ``dlvirt compare`` adds the
+day component to a between-study contrast; ``plan --design``, the claims and the report may read it.
+A calibration whose blocks ran on several kinds lists them all: it links them (the block component
+then includes the kinds' differences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlvirt.core import formats
+from dlvirt.core.atomic import write_text_atomic
+
+
+class CalibrationError(ValueError):
+    """A calibration document that cannot be read; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Components:
+    """One platform's variance components of log(launch mean), each with its degrees of freedom."""
+
+    residual: float
+    residual_df: float
+    round: float
+    round_df: float
+    day: float
+    day_df: float
+    scenarios: int
+
+
+@dataclass(frozen=True)
+class FalseAlarms:
+    """``compare`` between the calibration's own blocks (no true change): how many of the compared
+    scenarios came out slower or faster, without and with this calibration (in-sample)."""
+
+    compared: int
+    uncalibrated: int
+    calibrated: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    hardware: tuple[str, ...]  # the kinds of hardware its blocks ran on (the host identity)
+    blocks: tuple[str, ...]  # the results folders, in the order given
+    launches: int  # launches per scenario of the design it sizes (the blocks' own)
+    platforms: dict[str, Components]
+    false_alarms: FalseAlarms
+    resolvable: dict[str, float] = field(default_factory=dict)  # platform: smallest relative difference
+    path: str = ""  # where it was read from (not written)
+
+    def covers(self, hardware: str) -> bool:
+        return hardware in self.hardware
+
+    def document(self) -> dict[str, Any]:
+        content = asdict(self)
+        content.pop("path")
+        content["hardware"], content["blocks"] = list(self.hardware), list(self.blocks)
+        return formats.stamped("calibration", content)
+
+    def write(self, path: Path) -> None:
+        import json
+
+        write_text_atomic(Path(path), json.dumps(self.document(), indent=1) + "\n")
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """The calibration at ``path``; CalibrationError naming the file and the key that is wrong."""
+    content = formats.read_document(path, "calibration")
+    try:
+        platforms = {str(name): Components(
+            residual=float(c["residual"]), residual_df=float(c["residual_df"]), round=float(c["round"]),
+            round_df=float(c["round_df"]), day=float(c["day"]), day_df=float(c["day_df"]),
+            scenarios=int(c["scenarios"])) for name, c in content["platforms"].items()}
+        return Calibration(
+            hardware=tuple(str(h) for h in content["hardware"]), blocks=tuple(str(b) for b in content["blocks"]),
+            launches=int(content["launches"]), platforms=platforms,
+            false_alarms=FalseAlarms(**{k: int(v) for k, v in content["false_alarms"].items()}),
+            resolvable={str(k): float(v) for k, v in content.get("resolvable", {}).items()}, path=str(path))
+    except KeyError as err:
+        raise CalibrationError(f"{path}: a calibration without key {err}") from None
+    except (TypeError, ValueError, AttributeError) as err:
+        raise CalibrationError(f"{path}: not a calibration document ({err})") from None
