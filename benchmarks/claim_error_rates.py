@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """The claim verdicts' error rates and power, by simulation through the real summary, model and
-claim code (``dlvirt.analysis.claims.simulate``): one Markdown table, a row per simulated question
+claim code (``dlvirt.analysis.claims.simulate``), with the interference rule's row
+(``dlvirt.analysis.interference_simulate``) and ``dlvirt compare``'s rows across studies and days
+(``dlvirt.analysis.compare_simulate``): one Markdown table, a row per simulated question
 (what is simulated, the false-verdict rate, its Monte Carlo SE, α, and whether the rate is within
 α + 2 SE). ``--check`` exits 1 when a row is not. Each row's truth puts the verdict it counts on
 the claim's bound (the least favourable point), and its studies are seeded (``--seed``), so the
@@ -20,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlvirt.analysis import interference_simulate
+from dlvirt.analysis import compare_simulate, interference_simulate
 from dlvirt.analysis.claims.simulate import Design, ErrorRow, claim_rows, markdown, projected_alike, rates
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
 from dlvirt.core.records import JobResult
@@ -40,7 +42,7 @@ def main() -> int:
     template = JobResult.read(TEMPLATE)
     found = [row(args.studies, args.seed + i) for i, row in enumerate(claim_rows(template))]
     # rows of other layers' rules, each (studies, seed) → (name, what, false verdicts, studies, α)
-    others = [interference_simulate.interference]
+    others = [interference_simulate.interference, *compare_simulate.ROWS]
     found += [ErrorRow(*row(args.studies, args.seed + len(found) + i)) for i, row in enumerate(others)]
     print(markdown(found))
     if args.projection:
