@@ -1,6 +1,6 @@
 """What comes back from a platform, an edge host or a results folder is checked before it counts:
 run records (verified, sound times, content that matches the path, one run id per launch), an edge
-host's archive (tarfile's data filter), a guest's out-disk (regular files only, capped) and a
+host's archive (links, devices, escapes and oversize refused), a guest's out-disk (regular files only, capped) and a
 container's out folder (regular files only, no setuid)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from conftest import FIXTURES
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.core.records import JobResult, RecordError, read_run_records, run_record_problems
+from dlvirt.core.untrusted import Budget, OutputRefused
 from dlvirt.platforms.base import Expected, PlatformError, copy_regular_files, verify
 from dlvirt.platforms.guest import read_job_disk
 from dlvirt.run.remote import extract_untrusted
@@ -111,12 +112,15 @@ def test_a_broken_document_is_an_error_naming_the_file_not_a_traceback(tmp_path)
 
 
 # -- an edge host's archive --------------------------------------------------------------------------
+# Each shape is refused by dlvirt's own checks, whatever this Python's tarfile filter would do with it
+# (3.11.7's has the CVE-2025-4517 family of bypasses).
 
-def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]], fmt: int = tarfile.GNU_FORMAT) -> io.BytesIO:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as archive:
         for info, data in members:
-            info.size = len(data)
+            if info.type in tarfile.REGULAR_TYPES:
+                info.size = len(data)
             archive.addfile(info, io.BytesIO(data) if data else None)
     buffer.seek(0)
     return buffer
@@ -128,21 +132,133 @@ def _member(name: str, mode: int = 0o644, kind: bytes = tarfile.REGTYPE, link: s
     return info
 
 
-def test_an_archive_from_an_edge_host_plants_nothing(tmp_path):
+def _symlink(name: str, link: str) -> tuple[tarfile.TarInfo, bytes]:
+    return _member(name, kind=tarfile.SYMTYPE, link=link), b""
+
+
+def _cve_2025_4517() -> list[tuple[tarfile.TarInfo, bytes]]:
+    """The published shape: symbolic links through directories with names long enough that the
+    resolved path passes PATH_MAX (where realpath stops resolving), then a link that climbs out by
+    them and a file written through it."""
+    component, steps, path = "d" * 247, "abcdefghijklmnop", ""
+    members = []
+    for step in steps:
+        members += [(_member(os.path.join(path, component), kind=tarfile.DIRTYPE), b""),
+                    _symlink(os.path.join(path, step), component)]
+        path = os.path.join(path, component)
+    climb = os.path.join(*steps, "l" * 254)
+    members += [_symlink(climb, "../" * len(steps)),
+                _symlink("escape", f"{climb}/../../../../../../../../../../../../../../../tmp"),
+                (_member("escape/dlvirt-cve-test"), b"planted")]
+    return members
+
+
+BYPASSES = {
+    "symlink out": [_symlink("./link", "/etc")],
+    "symlink then a file through it": [_symlink("./up", ".."), (_member("./up/escaped"), b"x")],
+    "hardlink out": [(_member("./passwd", kind=tarfile.LNKTYPE, link="/etc/passwd"), b"")],
+    "hardlink through a symlink": [_symlink("./up", ".."),
+                                   (_member("./hl", kind=tarfile.LNKTYPE, link="up/escaped"), b"")],
+    "CVE-2025-4517 long-path symlink chain": _cve_2025_4517(),
+    "absolute name": [(_member("/tmp/dlvirt-absolute-escape"), b"x")],
+    "dot-dot": [(_member("../escaped"), b"x")],
+    "dot-dot inside": [(_member("./a/../../escaped"), b"x")],
+    "long name too deep": [(_member("/".join(["d" * 200] * 20) + "/f"), b"x")],
+    "character device": [(_member("./dev", kind=tarfile.CHRTYPE), b"")],
+    "block device": [(_member("./blk", kind=tarfile.BLKTYPE), b"")],
+    "fifo": [(_member("./fifo", kind=tarfile.FIFOTYPE), b"")],
+    "contiguous file": [(_member("./contig", kind=tarfile.CONTTYPE), b"x")],
+    "odd name": [(_member("./a\nb"), b"x")],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(BYPASSES))
+def test_every_escape_shape_is_refused_with_nothing_written_outside(tmp_path, shape):
+    dest = tmp_path / "inside" / "fetched"
+    dest.mkdir(parents=True)
+    with pytest.raises(OutputRefused):
+        extract_untrusted(_tar([(_member("./run.json"), b"{}"), *BYPASSES[shape]]), dest)
+    made = list(dest.rglob("*"))
+    assert all(not p.is_symlink() and (p.is_dir() or p.is_file()) for p in made)
+    assert not any(p.stat().st_nlink > 1 for p in made if p.is_file())
+    assert sorted(p.name for p in tmp_path.rglob("*") if dest not in (p, *p.parents)) == ["inside"]
+    assert not Path("/tmp/dlvirt-cve-test").exists() and not Path("/tmp/dlvirt-absolute-escape").exists()
+
+
+def test_a_sound_archive_comes_back_as_plain_files(tmp_path):
     dest = tmp_path / "fetched"
     dest.mkdir()
-    extract_untrusted(_tar([(_member("./run.json"), b"{}"), (_member("./tool", 0o4755), b"#!/bin/sh\n")]), dest)
+    extract_untrusted(_tar([(_member("./", kind=tarfile.DIRTYPE), b""), (_member("./run.json"), b"{}"),
+                            (_member("./loadgen/rep-0001/log.txt"), b"x" * 3000),
+                            (_member("./tool", 0o4755), b"#!/bin/sh\n"),
+                            (_member("./" + "n" * 150), b"long names travel as GNU or pax headers")]), dest)
     tool = (dest / "tool").stat()
     assert not tool.st_mode & (stat.S_ISUID | stat.S_ISGID) and tool.st_uid == os.getuid()  # no setuid, no owner
-    # an absolute name lands inside (the filter strips the "/"); every other escape is refused
-    extract_untrusted(_tar([(_member("/tmp/absolute-escape"), b"x")]), dest)
-    assert (dest / "tmp/absolute-escape").is_file() and not Path("/tmp/absolute-escape").exists()
-    for evil in (_member("../escaped"), _member("./link", kind=tarfile.SYMTYPE, link="/etc/passwd"),
-                 _member("./dev", kind=tarfile.CHRTYPE)):
-        with pytest.raises(tarfile.FilterError):
-            extract_untrusted(_tar([(evil, b"" if evil.type != tarfile.REGTYPE else b"x")]), dest)
-    assert not (tmp_path / "escaped").exists()
-    assert not (dest / "link").exists() and not (dest / "dev").exists()
+    assert (dest / "loadgen/rep-0001/log.txt").read_bytes() == b"x" * 3000 and (dest / "run.json").read_text() == "{}"
+    assert (dest / ("n" * 150)).is_file()
+    pax = tmp_path / "pax"
+    pax.mkdir()
+    extract_untrusted(_tar([(_member("./" + "p" * 150), b"y")], tarfile.PAX_FORMAT), pax)
+    assert (pax / ("p" * 150)).read_bytes() == b"y"
+
+
+def _header(info: tarfile.TarInfo) -> bytes:
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+
+def test_a_giant_member_is_refused_from_its_header(tmp_path):
+    """10 GiB announced: refused before a byte of it is read or written (the stream holds none)."""
+    dest = tmp_path / "fetched"
+    dest.mkdir()
+    giant = _member("./giant")
+    giant.size = 10 << 30
+    with pytest.raises(OutputRefused, match="more than dlvirt reads back"):
+        extract_untrusted(io.BytesIO(_header(giant)), dest)
+    sparse = _member("./sparse", kind=tarfile.GNUTYPE_SPARSE)
+    sparse.size = 512
+    with pytest.raises(OutputRefused, match="tar type b'S'"):
+        extract_untrusted(io.BytesIO(_header(sparse) + bytes(2048)), dest)
+    pax_sparse = _member("./pax-sparse")
+    pax_sparse.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "pax-sparse",
+                              "GNU.sparse.realsize": str(10 << 30)}
+    with pytest.raises(OutputRefused):
+        extract_untrusted(_tar([(pax_sparse, b"1\n0\n0\n".ljust(512, b"\0"))], tarfile.PAX_FORMAT), dest)
+    huge_name = _member("./x")
+    huge_name.pax_headers = {"path": "y" * (1 << 20)}  # a 1 MiB pax record is not read into memory
+    with pytest.raises(OutputRefused, match="extension header"):
+        extract_untrusted(_tar([(huge_name, b"")], tarfile.PAX_FORMAT), dest)
+    assert list(dest.iterdir()) == []
+    with pytest.raises(OutputRefused, match="more than dlvirt reads back"):
+        extract_untrusted(_tar([(_member("./a"), b"x" * 600), (_member("./b"), b"x" * 600)]), tmp_path,
+                          Budget("the archive", max_bytes=1000))
+
+
+class ManyMembers(io.RawIOBase):
+    """A tar stream of ``count`` empty files, each header made only when it is read."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.made, self.pending = count, 0, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while len(self.pending) < len(buffer) and self.made <= self.count:
+            self.pending += _header(_member(f"./f{self.made}")) if self.made < self.count else bytes(1024)
+            self.made += 1
+        size = min(len(buffer), len(self.pending))
+        buffer[:size], self.pending = self.pending[:size], self.pending[size:]
+        return size
+
+
+def test_a_million_members_are_refused_at_the_cap(tmp_path):
+    dest = tmp_path / "fetched"
+    dest.mkdir()
+    stream = ManyMembers(1_000_000)
+    with pytest.raises(OutputRefused, match="at most 10000 entries"):
+        extract_untrusted(stream, dest)
+    assert stream.made < 10_100  # refused early: the rest of the million never read
+    assert len(list(dest.iterdir())) == 10_000
 
 
 # -- a guest's out-disk -----------------------------------------------------------------------------
