@@ -7,6 +7,7 @@ Fast: no engine, no guest, no model. Root is needed to create what another user 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -18,7 +19,8 @@ from dlvirt.core.errors import UnsafePlace
 from dlvirt.core.owner import new_run_id, process_start_time, process_tag
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import guest
-from dlvirt.platforms.mvm import MicroVM
+from dlvirt.platforms.base import PlatformError
+from dlvirt.platforms.mvm import MicroVM, qemu_microvm_command, qemu_value
 from dlvirt.run import cleanup
 from dlvirt.system import cgroups, private
 
@@ -214,3 +216,32 @@ def test_a_v2_group_goes_in_the_nearest_ancestor_that_may_hold_it(tmp_path):
     assert (root / "job_1" / "step_0" / "cgroup.subtree_control").read_text() == "+memory\n"  # the last write
     (root / "job_1" / "step_0" / "cgroup.controllers").write_text("memory\n")  # cpu not handed down
     assert cgroups.v2_parent(root, "/job_1/step_0/task_0", ["cpu"]) == root / "job_1"
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs qemu-system-x86_64")
+def test_a_work_dir_with_a_comma_or_quote_stays_one_qemu_option_value(tmp_path):
+    """A work_dir like ``/x,file=/etc/shadow"`` cannot add options to QEMU's -drive or -chardev:
+    QEMU itself opens exactly the files named (it runs paused, and is killed)."""
+    folder = tmp_path / 'w,if=none,file=elsewhere"x'
+    folder.mkdir()
+    disk, console = folder / "job.img", folder / "console.log"
+    disk.write_bytes(bytes(1 << 20))
+    command = qemu_microvm_command(name="dlvirt-x", accel="tcg", vcpus=1, memory_mib=64, kernel=disk, initrd=disk,
+                                   cmdline="", root_disk=disk, job_disk=disk, console=console)
+    assert f"id=job,file={str(disk).replace(',', ',,')},format=raw" in " ".join(command)
+    qemu = subprocess.Popen(["qemu-system-x86_64", "-machine", "none", "-nodefaults", "-display", "none",
+                             "-monitor", "none", "-S",
+                             "-drive", f"id=job,file={qemu_value(disk)},format=raw,if=none,readonly=on",
+                             "-chardev", f"file,id=console,path={qemu_value(console)}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not console.exists() and qemu.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert qemu.poll() is None, qemu.communicate()[1].decode()
+        assert console.exists() and sorted(p.name for p in folder.iterdir()) == ["console.log", "job.img"]
+    finally:
+        qemu.kill()
+        qemu.communicate()
+    with pytest.raises(PlatformError, match="control character"):
+        qemu_value(tmp_path / "a\nb")

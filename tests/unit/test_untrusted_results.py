@@ -21,7 +21,8 @@ import pytest
 from conftest import FIXTURES
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.core.records import JobResult, RecordError, read_run_records, run_record_problems
-from dlvirt.core.untrusted import Budget, OutputRefused
+from dlvirt.core.untrusted import MAX_DEPTH, Budget, OutputRefused
+from dlvirt.platforms import guest
 from dlvirt.platforms.base import Expected, PlatformError, copy_regular_files, verify
 from dlvirt.platforms.guest import read_job_disk
 from dlvirt.run.remote import extract_untrusted
@@ -256,7 +257,7 @@ def test_a_million_members_are_refused_at_the_cap(tmp_path):
     dest.mkdir()
     stream = ManyMembers(1_000_000)
     with pytest.raises(OutputRefused, match="at most 10000 entries"):
-        extract_untrusted(stream, dest)
+        extract_untrusted(io.BufferedReader(stream), dest)
     assert stream.made < 10_100  # refused early: the rest of the million never read
     assert len(list(dest.iterdir())) == 10_000
 
@@ -269,7 +270,7 @@ def _job_disk(tmp_path: Path, fill) -> Path:
     (staging / "exitcode").write_text("0\n")
     fill(staging / "out")
     disk = tmp_path / "job.img"
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(staging), str(disk), "16M"], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-N", "4096", "-d", str(staging), str(disk), "16M"], check=True)
     return disk
 
 
@@ -295,8 +296,47 @@ def test_the_guests_out_disk_yields_regular_files_only_and_is_capped(tmp_path):
     with pytest.raises(PlatformError, match="more than dlvirt reads back"):
         read_job_disk(disk, tmp_path / "few", max_files=2)
     named = _job_disk(tmp_path / "named", lambda out: (out / 'a"b').write_text("x"))
-    with pytest.raises(PlatformError, match="holds a file named 'a\"b'"):
+    with pytest.raises(PlatformError, match="holds an entry named 'a\"b'"):
         read_job_disk(named, tmp_path / "named-read")
+    broken = _job_disk(tmp_path / "broken", lambda out: (out / "a\nb").write_text("x"))
+    with pytest.raises(PlatformError, match="holds an entry dlvirt cannot read back"):
+        read_job_disk(broken, tmp_path / "broken-read")
+
+
+def _counting_debugfs(monkeypatch) -> list[int]:
+    """The real debugfs runs; the list gets the number of commands of each run."""
+    runs: list[int] = []
+    real = guest._debugfs_script
+
+    def counted(disk, commands, cwd=None):
+        runs.append(len(commands))
+        return real(disk, commands, cwd)
+
+    monkeypatch.setattr(guest, "_debugfs_script", counted)
+    return runs
+
+
+@pytest.mark.skipif(shutil.which("debugfs", path="/usr/sbin:/sbin:/usr/bin") is None, reason="needs debugfs")
+def test_a_deep_or_wide_directory_tree_on_the_out_disk_is_refused_within_the_cap(tmp_path, monkeypatch):
+    runs = _counting_debugfs(monkeypatch)
+
+    def deep(out: Path) -> None:
+        (out / "/".join(["d"] * 40)).mkdir(parents=True)
+
+    with pytest.raises(PlatformError, match=f"nests deeper than dlvirt reads back .more than {MAX_DEPTH}"):
+        read_job_disk(_job_disk(tmp_path / "deep", deep), tmp_path / "deep-read")
+    assert len(runs) == MAX_DEPTH + 3 and max(runs) <= 2  # the top, then one run per level: not the 40
+    runs.clear()
+
+    def wide(out: Path) -> None:
+        for i in range(1500):
+            (out / f"d{i}").mkdir()
+
+    with pytest.raises(PlatformError, match="at most 1000 entries"):
+        read_job_disk(_job_disk(tmp_path / "wide", wide), tmp_path / "wide-read", max_files=1000)
+    assert len(runs) == 2  # the top, then /out: no directory below it is listed
+    made = list((tmp_path / "wide-read" / "out").iterdir())
+    assert len(made) <= 1000
 
 
 # -- a container's out folder -----------------------------------------------------------------------

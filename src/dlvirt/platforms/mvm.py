@@ -33,6 +33,15 @@ QEMU = "qemu-system-x86_64"
 SANDBOX = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
 
 
+def qemu_value(path: Path) -> str:
+    """``path`` as the value of a QEMU option string (``key=value,...``): its commas doubled, QEMU's
+    escape, so a work_dir holding ``,`` cannot add options; a path with a control character is refused."""
+    text = str(path)
+    if any(ord(char) < 32 or ord(char) == 127 for char in text):
+        raise PlatformError(f"{text!r}: a path with a control character cannot be handed to QEMU")
+    return text.replace(",", ",,")
+
+
 def qemu_microvm_command(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Path, initrd: Path,
                          cmdline: str, root_disk: Path, job_disk: Path, console: Path) -> list[str]:
     cpu = "host" if accel == "kvm" else "max"
@@ -41,11 +50,11 @@ def qemu_microvm_command(*, name: str, accel: str, vcpus: int, memory_mib: int, 
         "-name", f"guest={name},debug-threads=on",  # named vCPU threads; cleanup finds it by name
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none",
         "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
-        "-drive", f"id=root,file={root_disk},format=qcow2,if=none,cache=none",
+        "-drive", f"id=root,file={qemu_value(root_disk)},format=qcow2,if=none,cache=none",
         "-device", "virtio-blk-device,drive=root",
-        "-drive", f"id=job,file={job_disk},format=raw,if=none,cache=none",
+        "-drive", f"id=job,file={qemu_value(job_disk)},format=raw,if=none,cache=none",
         "-device", "virtio-blk-device,drive=job",
-        "-serial", f"file:{console}",
+        "-chardev", f"file,id=console,path={qemu_value(console)}", "-serial", "chardev:console",
     ]
 
 
