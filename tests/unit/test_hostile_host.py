@@ -10,7 +10,9 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import guest
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.mvm import MicroVM, qemu_microvm_command, qemu_value
+from dlvirt.platforms.vm import open_to_vmm, qemu_ids
 from dlvirt.run import cleanup
 from dlvirt.system import cgroups, private
 
@@ -245,3 +248,43 @@ def test_a_work_dir_with_a_comma_or_quote_stays_one_qemu_option_value(tmp_path):
         qemu.communicate()
     with pytest.raises(PlatformError, match="control character"):
         qemu_value(tmp_path / "a\nb")
+
+
+@pytest.fixture
+def fresh_host() -> Iterator[Path]:
+    """A root file system as on a fresh host: root's, 0755, nothing of dlvirt's in it, and a file
+    system of its own (a tmpfs) beside the checkout's."""
+    base = Path(tempfile.mkdtemp(prefix="dlvirt-test-fresh-", dir="/run"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64m", "dlvirt-test", str(base)], check=True)
+    try:
+        yield base
+    finally:
+        subprocess.run(["umount", "-l", str(base)], check=False)
+        base.rmdir()
+
+
+def test_on_a_fresh_host_the_vmm_reaches_its_job_folder_and_outputs_cross_file_systems(fresh_host, tmp_path):
+    """dlvirt makes /var/lib/dlvirt/guests and its parents itself; libvirt's QEMU user (really
+    switched to, with no groups but the one libvirt gives it) writes its console in its job folder;
+    the guest's outputs move from there (a tmpfs) into the checkout (another file system)."""
+    try:
+        uid, gid = qemu_ids()
+    except PlatformError:
+        pytest.skip(f"no user {guest.VMM_USER}")
+    work_dir = fresh_host / "var" / "lib" / "dlvirt" / "guests"
+    folder = private.job_dir(work_dir, "dlvirt-x-", guest.WORK_DIR_WHAT, guest.WORK_DIR_MODE)
+    for made in (fresh_host / "var", fresh_host / "var" / "lib", work_dir.parent, work_dir):
+        assert os.lstat(made).st_mode & 0o777 == 0o711, made  # searchable, not listable
+    open_to_vmm(folder, (uid, gid), "platforms.VM.work_dir")
+    console = private.create_file(folder / "console.log")
+    os.chown(console, uid, gid)
+    as_qemu = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    assert subprocess.run([*as_qemu, "sh", "-c", f"echo booted >> {console}"], check=False).returncode == 0
+    assert console.read_text() == "booted\n"
+    assert subprocess.run([*as_qemu, "ls", str(work_dir)], capture_output=True, check=False).returncode != 0
+    out = folder / "guest" / "out"
+    (out / "rep-0001").mkdir(parents=True)
+    (out / "rep-0001" / "log.txt").write_text("x")
+    assert os.stat(out).st_dev != os.stat(tmp_path).st_dev
+    target = guest.move_out(out, tmp_path / "job" / "out")
+    assert (target / "rep-0001" / "log.txt").read_text() == "x" and not out.exists()

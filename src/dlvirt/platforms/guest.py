@@ -245,6 +245,16 @@ def _read_job_disk(disk: Path, dest: Path, budget: Budget) -> int | None:
     return status
 
 
+def move_out(src: Path, target: Path) -> Path:
+    """Move the guest's outputs read back to ``src`` (in the work directory, under /var by default)
+    to ``target`` (the job's folder in the checkout), replacing what is there: a rename on one file
+    system, a copy and delete across two (the checkout on another disk or a tmpfs)."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.move(str(src), str(target))
+    return target
+
+
 def _copy_tree(src: Path, dest: Path) -> None:
     """Hard links where possible (same file system): the dataset can be large."""
     def link_or_copy(a: str, b: str) -> None:
@@ -475,10 +485,7 @@ class GuestPlatform(Platform):
             raise PlatformError(f"the job exceeded the guest-side timeout of {timeout_s:.0f} s and was killed")
         if status != 0:
             raise PlatformError(f"the job in the guest exited with status {status}; console tail:\n{tail}")
-        target = self.workdir / "out"
-        if target.exists():
-            shutil.rmtree(target)
-        (out_parent / "out").rename(target)
+        target = move_out(out_parent / "out", self.workdir / "out")
         shutil.rmtree(out_parent, ignore_errors=True)
         self.script_uptime_s = script_uptime(target / SCRIPT_UPTIME)
         return target

@@ -88,6 +88,22 @@ def closed_to(path: Path, uid: int, gid: int, access: int) -> str | None:
     return None
 
 
+def open_to_vmm(folder: Path, qemu_user: tuple[int, int], key: str) -> None:
+    """Make the job folder ``folder`` root's, group ``qemu_user``'s gid, 0710 (QEMU may pass through,
+    not list or write it), and check that QEMU's user can reach it from /; PlatformError naming the
+    closed directory and the config ``key`` otherwise."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, 0, qemu_user[1])
+        os.fchmod(fd, JOB_FOLDER_MODE)
+    finally:
+        os.close(fd)
+    why = closed_to(folder, *qemu_user, SEARCH)
+    if why is not None:
+        raise PlatformError(f"QEMU runs as {VMM_USER} and cannot reach its job folder {folder}: {why} "
+                            f"({key} must lie below directories others may search)")
+
+
 def quiet_libvirt() -> Any:
     import libvirt
 
@@ -295,17 +311,7 @@ class VirtualMachine(GuestPlatform):
         # QEMU's user must reach its job folder (root's, its group may only traverse it)
         self.qemu_user = qemu_ids()
         self.vmm_inputs: dict[str, str] = {}
-        folder = self.disk_dir
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchown(fd, 0, self.qemu_user[1])
-            os.fchmod(fd, JOB_FOLDER_MODE)
-        finally:
-            os.close(fd)
-        why = closed_to(folder, *self.qemu_user, SEARCH)
-        if why is not None:
-            raise PlatformError(f"QEMU runs as {VMM_USER} and cannot reach its job folder {folder}: {why} "
-                                f"(platforms.{self.name}.work_dir must lie below directories others may search)")
+        open_to_vmm(self.disk_dir, self.qemu_user, f"platforms.{self.name}.work_dir")
 
     def vmm_input(self, path: Path) -> Path:
         """``path`` (a shared input, never chowned) where QEMU's user may read it: as it is, else
