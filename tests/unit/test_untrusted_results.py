@@ -5,6 +5,7 @@ container's out folder (regular files only, no setuid)."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import math
@@ -21,7 +22,7 @@ import pytest
 from conftest import FIXTURES
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.core.records import JobResult, RecordError, read_run_records, run_record_problems
-from dlvirt.core.untrusted import MAX_DEPTH, Budget, OutputRefused
+from dlvirt.core.untrusted import MAX_DEPTH, Budget, OutputRefused, printable, printable_bytes
 from dlvirt.platforms import guest
 from dlvirt.platforms.base import Expected, PlatformError, copy_regular_files, verify
 from dlvirt.platforms.guest import read_job_disk
@@ -356,6 +357,14 @@ def test_only_regular_files_leave_a_containers_out_folder(tmp_path):
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == ["harness.json", "rep-0001",
                                                                          "rep-0001/summary.txt", "setuid"]
     assert not (dest / "setuid").stat().st_mode & stat.S_ISUID and not (dest / "shadow").is_symlink()
+    with pytest.raises(PlatformError, match="at most 3 entries"):
+        copy_regular_files(src, tmp_path / "few", Budget("the out folder", max_entries=3))
+    with pytest.raises(PlatformError, match="at most 10000 entries of 6 bytes"):
+        copy_regular_files(src, tmp_path / "small", Budget("the out folder", max_bytes=6))
+    deep = tmp_path / "deep"
+    (deep / "/".join(["d"] * (MAX_DEPTH + 2))).mkdir(parents=True)
+    with pytest.raises(PlatformError, match="nests deeper"):
+        copy_regular_files(deep, tmp_path / "deep-copy")
 
 
 def test_privileges_are_read_from_proc_and_checked(tmp_path):
@@ -374,3 +383,11 @@ def test_privileges_are_read_from_proc_and_checked(tmp_path):
         "uid 0 inside != the 65534 asked (least privilege)",
         "cap_eff '000001fffeffffff' inside != the '0000000000000000' asked (least privilege)"]
     assert verify(asked, observed) != []  # a record without the facts is not taken on trust
+
+
+def test_guest_and_container_output_reaches_the_log_without_escape_sequences():
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    console = b"\x1b]0;retitled\x07boot \xc3\xa9\r\n\x1b[2J\x9b\x00done\n"
+    assert guest._console_text(decoder, console) == "]0;retitledboot \u00e9\n[2J\ufffddone\n"
+    assert printable("a\u009b31mb\tc") == "a31mb\tc"
+    assert printable_bytes("\x1b[31mr\u00e9d\x7f\r\n".encode()) == "[31mr\u00e9d\n".encode()

@@ -48,3 +48,19 @@ class Budget:
             raise OutputRefused(f"{self.what} holds more than dlvirt reads back (at least {self.entries} entries, "
                                 f"{self.bytes} bytes; at most {self.max_entries} entries of {self.max_bytes} "
                                 "bytes in all)")
+
+
+# Control characters but line feed and tab: what a guest or container prints reaches the job's log
+# and a terminal that shows it, where ESC sequences could retitle, recolour or rewrite what is seen.
+CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+CONTROL_BYTES = bytes([*range(0, 9), *range(11, 32), 127])  # C1 bytes are UTF-8 continuation bytes: kept
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters (line feeds and tabs kept)."""
+    return CONTROL_CHARS.sub("", text)
+
+
+def printable_bytes(data: bytes) -> bytes:
+    """``data`` without ASCII control bytes (line feeds and tabs kept)."""
+    return data.translate(None, CONTROL_BYTES)

@@ -34,7 +34,7 @@ import dlvirt
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import held
-from dlvirt.core.untrusted import MAX_BYTES, MAX_ENTRIES, Budget, OutputRefused, check_name
+from dlvirt.core.untrusted import MAX_BYTES, MAX_ENTRIES, Budget, OutputRefused, check_name, printable
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
 from dlvirt.system import private
@@ -636,13 +636,14 @@ class GuestPlatform(Platform):
 
 
 def _console_text(decoder: codecs.IncrementalDecoder, data: bytes) -> str:
-    return decoder.decode(data).replace("\r\n", "\n")
+    """The guest's console as text for logs and messages: no control characters (ESC sequences)."""
+    return printable(decoder.decode(data).replace("\r\n", "\n"))
 
 
 def _tail(path: Path, chars: int = 3000) -> str:
     try:
         with open(path, "rb") as stream:
             stream.seek(max(0, os.fstat(stream.fileno()).st_size - 4 * chars))
-            return stream.read().decode(errors="replace")[-chars:]
+            return printable(stream.read().decode(errors="replace"))[-chars:]
     except OSError:
         return "(no console output)"
