@@ -61,3 +61,10 @@ def test_the_process_prints_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "dlvirt", *BENCH, "{"], capture_output=True, text=True, check=False)
     assert proc.returncode == EXIT_INPUT and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("dlvirt bench: --spec: not valid JSON") and proc.stderr.count("\n") == 1
+
+
+def test_a_spec_read_from_stdin_is_checked_as_one_on_the_command_line():
+    """``--spec -``: how an edge host's runner gets its spec (off every command line)."""
+    proc = subprocess.run([sys.executable, "-m", "dlvirt", *BENCH, "-"], input='{"tool": "mlperf"}',
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == EXIT_INPUT and proc.stderr.startswith("dlvirt bench: --spec: lacks app, scenario,")

@@ -324,17 +324,19 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
         weights = f"weights/{spec.app}-{digest}/{local.name}"
     job_dir = f"jobs/{new_run_id()}"
     remote_spec = dataclasses.replace(spec, dataset_dir=dataset, weights_file=weights).to_dict()
-    bench = (f"-m dlvirt bench --spec {shlex.quote(json.dumps(remote_spec, sort_keys=True))} "
-             f"--output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen")
+    # the spec (config sections, URLs) goes over ssh's stdin: no command line there or here holds it
+    bench = f"-m dlvirt bench --spec - --output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen"
     script = f"mkdir -p {job_dir} && echo $$ > {job_dir}/pid && {host.python_command(code, bench)}"
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fetched = Path(tempfile.mkdtemp(prefix=f".fetch-{process_tag()}-", dir=output.parent))
     try:
         # stdout/stderr inherited: the remote runner's output (progress, errors) lands in this job's log
-        with subprocess.Popen(host.argv(script), stdin=subprocess.DEVNULL) as ssh:
-            try:
-                returncode = ssh.wait(timeout=float(spec.timeout_s) + STOP_GRACE_S + 300)
+        with subprocess.Popen(host.argv(script), stdin=subprocess.PIPE) as ssh:
+            try:  # the spec written, stdin closed (an ssh gone already: its status says why), then the wait
+                ssh.communicate(json.dumps(remote_spec, sort_keys=True).encode(),
+                                timeout=float(spec.timeout_s) + STOP_GRACE_S + 300)
+                returncode = ssh.returncode
             except BaseException:
                 ssh.kill()
                 stop_remote_job(host, job_dir)
