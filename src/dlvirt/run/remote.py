@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -41,8 +42,8 @@ from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.formats import read_document
 from dlvirt.core.owner import new_run_id, process_tag
 from dlvirt.core.records import JobResult, JobSpec, run_record_problems
-from dlvirt.core.signals import stop_on_signals
-from dlvirt.core.untrusted import Budget, OutputRefused, check_name
+from dlvirt.core.signals import start_thread, stop_on_signals, wait_thread
+from dlvirt.core.untrusted import Budget, OutputRefused, check_name, printable_bytes
 from dlvirt.run.runner import publish_result
 
 COMPLETE = ".dlvirt-complete"  # written last into a staged tree
@@ -331,16 +332,19 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
     output.parent.mkdir(parents=True, exist_ok=True)
     fetched = Path(tempfile.mkdtemp(prefix=f".fetch-{process_tag()}-", dir=output.parent))
     try:
-        # stdout/stderr inherited: the remote runner's output (progress, errors) lands in this job's log
-        with subprocess.Popen(host.argv(script), stdin=subprocess.PIPE) as ssh:
-            try:  # the spec written, stdin closed (an ssh gone already: its status says why), then the wait
-                ssh.communicate(json.dumps(remote_spec, sort_keys=True).encode(),
-                                timeout=float(spec.timeout_s) + STOP_GRACE_S + 300)
-                returncode = ssh.returncode
+        # the remote runner's output (progress, errors) goes into this job's log as it comes
+        with subprocess.Popen(host.argv(script), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, bufsize=0) as ssh:
+            assert ssh.stdin is not None and ssh.stdout is not None
+            log = start_thread(functools.partial(_pass_on_printable, ssh.stdout), "dlvirt-remote-log")
+            try:
+                _send(ssh.stdin, json.dumps(remote_spec, sort_keys=True).encode())
+                returncode = ssh.wait(timeout=float(spec.timeout_s) + STOP_GRACE_S + 300)
             except BaseException:
                 ssh.kill()
                 stop_remote_job(host, job_dir)
                 raise
+            wait_thread(log, timeout_s=10)
         if returncode != 0:
             raise RemoteError(f"host {host.site}: the remote benchmark job failed ({returncode}); see the log above")
         host.fetch(job_dir, fetched)
@@ -363,6 +367,22 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
             host.run(f"rm -rf {job_dir}")
         except RemoteError as err:  # never hide the job's own outcome behind a failed cleanup
             print(f"dlvirt: could not remove {job_dir} on host {host.site}: {err}", file=sys.stderr)
+
+
+def _send(pipe: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to the unbuffered ``pipe`` and close it (an ssh gone already: its status says why)."""
+    with contextlib.suppress(BrokenPipeError):
+        view = memoryview(data)
+        while view:
+            view = view[pipe.write(view) or 0:]
+    pipe.close()
+
+
+def _pass_on_printable(stream: IO[bytes]) -> None:
+    """What the edge host sends on the job's output, into this job's log without control characters."""
+    while block := stream.read(1 << 16):
+        sys.stdout.buffer.write(printable_bytes(block))
+        sys.stdout.flush()
 
 
 def stop_remote_job(host: SshHost, job_dir: str) -> None:
