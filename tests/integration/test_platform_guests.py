@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -121,6 +122,34 @@ def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_da
     assert all(os.stat(probe_image / f).st_uid == 0 for f in ("rootfs.img", "vmlinuz", "initrd.img"))
     assert set(facts["vmm_inputs"]) == {"rootfs.img", "vmlinuz", "initrd.img"}, facts["vmm_inputs"]
     assert_nothing_left(vm)
+
+
+def test_a_vm_job_on_a_fresh_host_with_the_checkout_on_another_file_system(probe_image, libvirt_daemons, tmp_path):
+    """The guests' work directory and its parents made by dlvirt (as /var/lib/dlvirt/guests on a
+    fresh host: libvirt's QEMU user must pass through every one of them), and the job's folder in a
+    checkout on a tmpfs, so the guest's outputs cross file systems on their way back."""
+    fresh = Path(tempfile.mkdtemp(prefix="dlvirt-test-fresh-", dir="/var/tmp"))
+    fresh.rmdir()  # dlvirt makes it, as it would make /var/lib/dlvirt
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "dlvirt-test", str(checkout)], check=True)
+    try:
+        work_dir = fresh / "lib" / "dlvirt" / "guests"
+        vm = VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image, work_dir=str(work_dir)),
+                            checkout / "job", new_run_id())
+        with vm:
+            out = vm.execute("echo from-the-guest > /job/out/hello\n", timeout_s=300)
+            assert (out / "hello").read_text() == "from-the-guest\n"
+            assert os.stat(out).st_dev != os.stat(work_dir).st_dev
+            seen = vm.describe()["host_observed"]["vmm_process"]
+        # libvirt's QEMU under its seccomp sandbox with no_new_privs, as MVM's: checked while it ran
+        assert (seen["no_new_privs"], seen["seccomp"]) == (1, 2), seen
+        for made in (fresh, fresh / "lib", fresh / "lib" / "dlvirt", work_dir):
+            assert os.stat(made).st_mode & 0o777 == 0o711, made
+        assert_nothing_left(vm)
+    finally:
+        subprocess.run(["umount", "-l", str(checkout)], check=False)
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 def test_mvm_guest_sees_one_vcpu_and_records_its_vmm(probe_image, tmp_path):

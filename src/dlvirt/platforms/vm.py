@@ -20,7 +20,8 @@ job's copy-on-write overlay, job disk and console, chowned to it, in a job folde
 it may only traverse. The shared base image, kernel and initrd stay root's and read-only to it (never
 chowned, so concurrent jobs never fight over them); where their own path is closed to that user (a
 0700 home or temp directory above them), the job folder gets a hard link to them (a copy on another
-file system). The host checks QEMU's uid, euid and capabilities in /proc while the guest runs.
+file system). The host checks QEMU's uid, euid, capabilities, no_new_privs and seccomp mode (libvirt's
+sandbox) in /proc while the guest runs.
 """
 
 from __future__ import annotations
@@ -401,10 +402,12 @@ class VirtualMachine(GuestPlatform):
 
     def vmm_confinement(self) -> dict[str, Any]:
         uid, gid = getattr(self, "qemu_user", None) or qemu_ids()
-        return {"how": f"libvirt runs QEMU as {VMM_USER} (uid {uid}, gid {gid}: static DAC label, no relabelling); "
-                       "it owns only its job's overlay, job disk and console; the shared base image, kernel and "
-                       "initrd stay root's, read-only to it",
-                "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000"}}
+        return {"how": f"libvirt runs QEMU as {VMM_USER} (uid {uid}, gid {gid}: static DAC label, no relabelling) "
+                       "under libvirt's seccomp sandbox (qemu.conf seccomp_sandbox) with no_new_privs; it owns only "
+                       "its job's overlay, job disk and console; the shared base image, kernel and initrd stay "
+                       "root's, read-only to it",
+                "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000", "no_new_privs": 1,
+                             "seccomp": 2}}
 
     def teardown(self) -> None:
         super().teardown()
