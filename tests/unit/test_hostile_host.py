@@ -25,7 +25,7 @@ from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.mvm import MicroVM, qemu_microvm_command, qemu_value
 from dlvirt.platforms.vm import open_to_vmm, qemu_ids
 from dlvirt.run import cleanup
-from dlvirt.system import cgroups, private
+from dlvirt.system import cgroups, private, vmm_ids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="making what another user owns needs root")
 NOBODY = 65534
@@ -288,3 +288,31 @@ def test_on_a_fresh_host_the_vmm_reaches_its_job_folder_and_outputs_cross_file_s
     assert os.stat(out).st_dev != os.stat(tmp_path).st_dev
     target = guest.move_out(out, tmp_path / "job" / "out")
     assert (target / "rep-0001" / "log.txt").read_text() == "x" and not out.exists()
+
+
+def test_each_vm_job_leases_a_uid_of_its_own_and_cannot_open_anothers_files(fresh_host, tmp_path):
+    """Two jobs' leases: different uids, held while their runner lives (another process cannot take
+    one), free again once released; QEMU running as one of them (really switched to, in the kvm group
+    only, as libvirt's static label gives it) opens its own disk and not the other job's."""
+    leases = [vmm_ids.lease(f"job-{i}", tmp_path / "leases") for i in range(2)]
+    try:
+        first, second = (lease.uid for lease in leases)
+        assert first != second and all(vmm_ids.UID_BASE <= uid < vmm_ids.UID_BASE + vmm_ids.UID_COUNT
+                                       for uid in (first, second))
+        taken = subprocess.run(["flock", "--nonblock", str(tmp_path / "leases" / str(first)), "true"], check=False)
+        assert taken.returncode != 0  # held by this process
+        kvm = qemu_ids()[1]
+        folder = private.job_dir(fresh_host / "guests", "dlvirt-x-", guest.WORK_DIR_WHAT, guest.WORK_DIR_MODE)
+        open_to_vmm(folder, (first, kvm), "platforms.VM.work_dir")
+        disks = {}
+        for uid in (first, second):
+            disks[uid] = private.create_file(folder / f"job-{uid}.img", b"disk")
+            os.chown(disks[uid], uid, kvm)
+        as_first = ["setpriv", f"--reuid={first}", f"--regid={kvm}", "--clear-groups", "--", "cat"]
+        assert subprocess.run([*as_first, str(disks[first])], capture_output=True, check=False).stdout == b"disk"
+        refused = subprocess.run([*as_first, str(disks[second])], capture_output=True, text=True, check=False)
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    finally:
+        for lease in leases:
+            lease.release()
+    assert list((tmp_path / "leases").iterdir()) == []  # released: nothing left behind

@@ -37,7 +37,7 @@ from dlvirt.core.signals import held
 from dlvirt.core.untrusted import MAX_BYTES, MAX_ENTRIES, Budget, OutputRefused, check_name, printable
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
-from dlvirt.system import private
+from dlvirt.system import private, vmm_ids
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.observe import privileges
 
@@ -46,12 +46,12 @@ GUEST_JOB_DIR = "/job"
 # <work_dir>/dlvirt-<run id>-<random> (mkdtemp, 0700): in one machine-wide private place (root's, checked
 # on every use: dlvirt.system.private), so the next workflow's cleanup finds those of a killed runner.
 # Not under /run: there it would be RAM on most hosts, and a job disk holds the dataset. The place is
-# 0711 (nobody else may list or write it): libvirt's QEMU, which runs as VMM_USER, must reach its
-# job's folder below it.
+# 0711 (nobody else may list or write it): libvirt's QEMU, which runs as the job's own uid, must reach
+# its job's folder below it.
 DEFAULT_WORK_DIR = Path("/var/lib/dlvirt/guests")
 WORK_DIR_MODE = 0o711
-# The user a VMM runs as (setup.sh install creates it): libvirt's QEMU from its start (VM, VMCN),
-# MVM's QEMU once it has opened its files (-runas).
+# The user libvirtd's QEMU driver insists on (setup.sh install creates it); its kvm group is the group
+# of libvirt's QEMU. Each job's VMM runs as a uid of its own (vmm_ids), not as this user.
 VMM_USER = "libvirt-qemu"
 WORK_DIR_WHAT = "the guests' work directory (platforms.<VM|MVM|VMCN>.work_dir)"
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
@@ -332,6 +332,7 @@ class GuestPlatform(Platform):
         self.domain_name = f"dlvirt-{run_id}"
         self.work_root = work_root(config)
         self._disk_dir: Path | None = None
+        self.vmm_uid: vmm_ids.Lease | None = None  # the VMM's own uid (kept, released, after teardown)
         self.last_run: GuestRun | None = None
         self.staged_unix = 0.0                    # when the job disk was ready (host wall clock)
         self.script_uptime_s: float | None = None  # the guest's uptime as run.sh started
@@ -581,6 +582,18 @@ class GuestPlatform(Platform):
         if self._disk_dir is not None:
             shutil.rmtree(self.disk_dir, ignore_errors=True)
             self._disk_dir = None
+        if self.vmm_uid is not None:  # its VMM stopped and its files gone: the uid may serve another job
+            self.vmm_uid.release()
+
+    def own_vmm_uid(self) -> int:
+        """A uid of this job's own for its VMM (``dlvirt.system.vmm_ids``), leased on first use and
+        released at teardown; no other job's VMM runs as it meanwhile."""
+        if self.vmm_uid is None:
+            try:
+                self.vmm_uid = vmm_ids.lease(self.domain_name)
+            except vmm_ids.LeaseError as err:
+                raise PlatformError(str(err)) from None
+        return self.vmm_uid.uid
 
     def startup_s(self, harness: HarnessOutput, run_started_unix: float) -> float | None:
         """The job disk made (host clock), the boot up to the start marker (host-measured), then
