@@ -148,8 +148,8 @@ class SshHost:
 
         The edge host is not trusted with this host's files: the archive is unpacked by
         ``extract_untrusted`` (directories and regular files with plain names only, capped, no owner
-        or mode kept), refused whole if any member breaks those rules; what ssh says and what follows
-        the archive are read within bounds too."""
+        or mode kept), refused whole if any member breaks those rules; at most 1 MiB may follow the
+        archive, and of what ssh says (kept in a temporary file, not in memory) the tail is reported."""
         local.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile() as stderr, \
                 subprocess.Popen(self.argv(f"tar -C {shlex.quote(remote)} -cf - ."), stdin=subprocess.DEVNULL,
