@@ -316,3 +316,14 @@ def test_each_vm_job_leases_a_uid_of_its_own_and_cannot_open_anothers_files(fres
         for lease in leases:
             lease.release()
     assert list((tmp_path / "leases").iterdir()) == []  # released: nothing left behind
+
+
+def test_cleanup_removes_only_the_uid_leases_no_live_job_holds(tmp_path):
+    held = vmm_ids.lease("live-job", tmp_path / "leases")
+    stale = tmp_path / "leases" / str(vmm_ids.UID_BASE + vmm_ids.UID_COUNT)  # a killed runner's: unlocked
+    stale.write_text("dead-job\n")
+    try:
+        assert list(vmm_ids.remove_stale(tmp_path / "leases")) == [f"removed stale VMM uid lease {stale}"]
+        assert held.path.exists() and not stale.exists()
+    finally:
+        held.release()

@@ -4,11 +4,11 @@ disks and console of another job's guest.
 libvirt runs a VM's QEMU under a static DAC label ``+uid:+gid``, which needs no user account: each
 VM job leases a uid from a range no login, system or container user takes (above 2^31 - 2^24; the
 usual subordinate-uid ranges of user namespaces stay far below it) for as long as its runner holds
-the lease's lock, a file ``/run/dlvirt/vmm-uids/<uid>`` locked with ``flock`` (removed on release):
+the lease's lock, a file ``/run/dlvirt-vmm-uids/<uid>`` locked with ``flock`` (removed on release):
 a killed runner's lease ends with it. The uid is drawn at random (1 in 65 536), so a killed job's
 leftovers (its files, until cleanup removes them) do not go to the next job's QEMU. A uid still
 owned by a running process (the QEMU of a killed runner, before cleanup stops it) or named in the
-user database is skipped.
+user or group database is skipped.
 """
 
 from __future__ import annotations
@@ -19,14 +19,17 @@ import grp
 import os
 import pwd
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlvirt.core.errors import UnsafePlace
 from dlvirt.system import private
 
 UID_BASE = 0x7F000000       # 2 130 706 432
 UID_COUNT = 1 << 16
-LEASE_DIR = Path("/run/dlvirt/vmm-uids")
+# beside /run/dlvirt, whose every subdirectory is a daemon's run directory (dlvirt.system.engines)
+LEASE_DIR = Path("/run/dlvirt-vmm-uids")
 LEASE_DIR_WHAT = "dlvirt's VMM uid leases"
 
 
@@ -96,3 +99,30 @@ def lease(holder: str, lease_dir: Path = LEASE_DIR) -> Lease:
         os.write(fd, f"{holder}\n".encode())
         return Lease(uid, path, fd)
     raise LeaseError(f"no free uid in {UID_BASE}..{UID_BASE + UID_COUNT - 1} for a VMM ({directory})")
+
+
+def remove_stale(lease_dir: Path = LEASE_DIR) -> Iterator[str]:
+    """Remove the lease files no live holder locks (a killed runner's, one never released), each
+    under its own lock, as ``Lease.release`` does; a directory that is not private is left alone."""
+    if not os.path.lexists(lease_dir):
+        return
+    try:
+        private.check(lease_dir, LEASE_DIR_WHAT)
+    except UnsafePlace as exc:
+        yield f"left alone: {exc}"
+        return
+    for path in sorted(lease_dir.iterdir()):
+        if not path.name.isdigit():
+            continue
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink()
+        except (BlockingIOError, FileNotFoundError):
+            continue  # held: a live job's
+        finally:
+            os.close(fd)
+        yield f"removed stale VMM uid lease {path}"
