@@ -91,7 +91,7 @@ install_python() {
     local tmp
     tmp=$(mktemp -d)
     "$py" -m venv "$tmp/venv"
-    "$tmp/venv/bin/pip" install -q --upgrade pip
+    "$tmp/venv/bin/pip" install -q --require-hashes -r envs/pip.txt
     "$tmp/venv/bin/pip" install -q --dry-run --ignore-installed --require-hashes --report "$tmp/report.json" \
       "${PIP_OPTS[@]}" -r "$LOCK"
     echo "setup: $LOCK resolves: $("$tmp/venv/bin/python" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["install"]))' "$tmp/report.json") packages (dry run: nothing installed)"
@@ -107,9 +107,9 @@ install_python() {
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   local stamp="$venv/.dlvirt-requirements.sha256"
   local want
-  want=$(cat "$LOCK" pyproject.toml | sha256sum | cut -d' ' -f1)
+  want=$(cat "$LOCK" envs/pip.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    "$venv/bin/pip" install -q --upgrade pip
+    "$venv/bin/pip" install -q --require-hashes -r envs/pip.txt
     # every archive checked against the lock's sha256s (envs/lock.py writes them)
     "$venv/bin/pip" install -q --require-hashes "${PIP_OPTS[@]}" -r "$LOCK"
     "$venv/bin/pip" install -q --no-deps --no-build-isolation -e .

@@ -30,8 +30,9 @@ class UsageError(Exception):
 def _json_arg(args: argparse.Namespace, name: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """The JSON object given as option ``--<name>``, with the keys ``required``."""
     option = "--" + name.replace("_", "-")
+    text = getattr(args, name)
     try:
-        value = json.loads(getattr(args, name))
+        value = json.loads(sys.stdin.read() if text == "-" else text)
     except json.JSONDecodeError as err:
         raise UsageError(f"{option}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
     if not isinstance(value, dict):
@@ -446,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_download)
 
     p = sub.add_parser("bench", help="run one benchmark job (all repetitions of one scenario)")
-    p.add_argument("--spec", required=True, help="job spec as JSON")
+    p.add_argument("--spec", required=True, help="job spec as JSON; - reads it from stdin (off the command line)")
     p.add_argument("--output", required=True)
     p.add_argument("--loadgen-dir", required=True)
     p.set_defaults(func=_cmd_bench)

@@ -114,6 +114,33 @@ def test_an_unknown_host_key_is_refused(sshd: Sshd, tmp_path: Path) -> None:
         host.run("true")
 
 
+def test_without_known_hosts_file_an_unknown_host_is_refused_not_learnt(sshd: Sshd, tmp_path: Path) -> None:
+    learnt = tmp_path / "user_known_hosts"
+    settings = {**sshd.settings, "known_hosts_file": None, "ssh_options": [f"UserKnownHostsFile={learnt}"]}
+    with pytest.raises(RemoteError, match="Host key verification failed"):
+        SshHost.from_settings("edge", settings).run("true")
+    assert not learnt.exists() or learnt.read_text() == ""
+
+
+def test_a_fetched_tree_comes_back_as_plain_files_and_a_link_refuses_it(sshd: Sshd, tmp_path: Path) -> None:
+    """The edge host's real tar, through ssh: a sound job folder arrives whole; one holding a symbolic
+    link is refused, naming it, and nothing it points to is touched."""
+    host = SshHost.from_settings("edge", sshd.settings)
+    job = sshd.remote_workdir / "jobs" / "fetch-test"
+    (job / "loadgen" / "rep-0000").mkdir(parents=True)
+    (job / "run.json").write_text("{}")
+    (job / "loadgen" / "rep-0000" / "mlperf_log_summary.txt").write_text("VALID")
+    try:
+        host.fetch("jobs/fetch-test", tmp_path / "sound")
+        assert (tmp_path / "sound" / "loadgen" / "rep-0000" / "mlperf_log_summary.txt").read_text() == "VALID"
+        (job / "loadgen" / "passwd").symlink_to("/etc/passwd")
+        with pytest.raises(RemoteError, match=r"refused: .*'./loadgen/passwd' is of tar type b'2'"):
+            host.fetch("jobs/fetch-test", tmp_path / "linked")
+        assert not (tmp_path / "linked" / "loadgen" / "passwd").exists()
+    finally:
+        shutil.rmtree(job)
+
+
 def test_inputs_that_stay_on_this_host_are_refused_naming_the_key(sshd: Sshd, tmp_path: Path) -> None:
     dataset = tmp_path / "ic"
     dataset.mkdir()

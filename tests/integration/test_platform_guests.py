@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -32,7 +33,7 @@ from dlvirt.platforms.base import PlatformError, verify
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.platforms.vm import URI, VirtualMachine, quiet_libvirt
 from dlvirt.run.cleanup import remove_stale_guests
-from dlvirt.system import engines
+from dlvirt.system import engines, vmm_ids
 from dlvirt.system.hostinfo import capabilities
 
 CAPS = capabilities()
@@ -112,15 +113,85 @@ def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_da
     assert observed["placement"] == {**observed["placement"], "mems": [0], "sockets": 1, "nodes": 1}
     assert observed["virtualization"]["vm"] == guest.VM_TYPE[facts["accel"]]
     assert facts["accel"] == guest.planned_accel(CAPS) and facts["boot_s"] > 0
-    # libvirt ran QEMU as libvirt-qemu from its start: its /proc status read from the host while the
-    # guest ran; the shared image stayed root's (reached through a link: the test's temp dir is 0700)
-    qemu_user = pwd.getpwnam("libvirt-qemu").pw_uid
+    # libvirt ran QEMU as the job's own uid from its start: its /proc status read from the host while
+    # the guest ran; the shared image stayed root's (reached through a link: the test's temp dir is 0700)
     seen = facts["host_observed"]["vmm_process"]
-    assert (seen["uid"], seen["euid"], seen["cap_eff"]) == (qemu_user, qemu_user, "0" * 16), seen
-    assert facts["vmm_confinement"].startswith("libvirt runs QEMU as libvirt-qemu")
+    qemu_user = seen["uid"]
+    assert vmm_ids.UID_BASE <= qemu_user < vmm_ids.UID_BASE + vmm_ids.UID_COUNT, seen
+    assert (seen["euid"], seen["cap_eff"]) == (qemu_user, "0" * 16), seen
+    assert facts["vmm_confinement"].startswith(f"libvirt runs QEMU as uid {qemu_user}, this job's own")
     assert all(os.stat(probe_image / f).st_uid == 0 for f in ("rootfs.img", "vmlinuz", "initrd.img"))
     assert set(facts["vmm_inputs"]) == {"rootfs.img", "vmlinuz", "initrd.img"}, facts["vmm_inputs"]
     assert_nothing_left(vm)
+
+
+def test_a_vm_job_on_a_fresh_host_with_the_checkout_on_another_file_system(probe_image, libvirt_daemons, tmp_path):
+    """The guests' work directory and its parents made by dlvirt (as /var/lib/dlvirt/guests on a
+    fresh host: libvirt's QEMU user must pass through every one of them), and the job's folder in a
+    checkout on a tmpfs, so the guest's outputs cross file systems on their way back."""
+    fresh = Path(tempfile.mkdtemp(prefix="dlvirt-test-fresh-", dir="/var/tmp"))
+    fresh.rmdir()  # dlvirt makes it, as it would make /var/lib/dlvirt
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "dlvirt-test", str(checkout)], check=True)
+    try:
+        work_dir = fresh / "lib" / "dlvirt" / "guests"
+        vm = VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image, work_dir=str(work_dir)),
+                            checkout / "job", new_run_id())
+        with vm:
+            out = vm.execute("echo from-the-guest > /job/out/hello\n", timeout_s=300)
+            assert (out / "hello").read_text() == "from-the-guest\n"
+            assert os.stat(out).st_dev != os.stat(work_dir).st_dev
+            seen = vm.describe()["host_observed"]["vmm_process"]
+        # libvirt's QEMU under its seccomp sandbox with no_new_privs, as MVM's: checked while it ran
+        assert (seen["no_new_privs"], seen["seccomp"]) == (1, 2), seen
+        for made in (fresh, fresh / "lib", fresh / "lib" / "dlvirt", work_dir):
+            assert os.stat(made).st_mode & 0o777 == 0o711, made
+        assert_nothing_left(vm)
+    finally:
+        subprocess.run(["umount", "-l", str(checkout)], check=False)
+        shutil.rmtree(fresh, ignore_errors=True)
+
+
+def test_two_vm_guests_at_once_run_as_their_own_uids_and_cannot_open_each_others_disks(
+        probe_image, libvirt_daemons, tmp_path):
+    """While both guests run, each QEMU (as /proc shows it) runs as a uid of its own, and that uid (with
+    the kvm group, as libvirt gives it) can open its own job disk and not the other's."""
+    vms = [VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image), tmp_path / f"job{i}",
+                          new_run_id()) for i in range(2)]
+    errors: list[BaseException] = []
+
+    def run(vm: VirtualMachine) -> None:
+        try:
+            with vm:
+                vm.execute("sleep 60\n", timeout_s=600)
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(vm,)) for vm in vms]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 900
+        while not all(vm.last_run is None and vm._vmm_pid() and getattr(vm, "domain", None) for vm in vms):
+            assert not errors and time.monotonic() < deadline, errors or "the guests did not both start"
+            time.sleep(1)
+        uids = [int(Path(f"/proc/{vm._vmm_pid()}/status").read_text().split("Uid:")[1].split()[0]) for vm in vms]
+        disks = [vm.disk_dir / "job.img" for vm in vms]
+        kvm = vms[0].qemu_user[1]
+        assert uids[0] != uids[1] and uids == [vm.qemu_user[0] for vm in vms]
+        for mine, other in ((0, 1), (1, 0)):
+            as_qemu = ["setpriv", f"--reuid={uids[mine]}", f"--regid={kvm}", "--clear-groups", "--", "head", "-c1"]
+            assert subprocess.run([*as_qemu, str(disks[mine])], capture_output=True, check=False).returncode == 0
+            refused = subprocess.run([*as_qemu, str(disks[other])], capture_output=True, text=True, check=False)
+            assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    finally:
+        for thread in threads:
+            thread.join(timeout=900)
+    assert not errors, errors
+    for vm in vms:
+        assert vm.last_run is not None and vm.describe()["host_observed"]["vmm_process"]["uid"] == vm.qemu_user[0]
+        assert_nothing_left(vm)
 
 
 def test_mvm_guest_sees_one_vcpu_and_records_its_vmm(probe_image, tmp_path):
@@ -134,10 +205,11 @@ def test_mvm_guest_sees_one_vcpu_and_records_its_vmm(probe_image, tmp_path):
     assert facts["host_observed"]["vcpu_thread_affinity"].keys() == {"0"}  # unpinned: left to the scheduler
     assert facts["boot_s"] > 0
     # QEMU dropped root once its files were open, under its seccomp sandbox: seen in /proc from the host
-    qemu_user = pwd.getpwnam("libvirt-qemu").pw_uid
+    qemu_user = mvm.own_vmm_uid()  # this job's own, leased (vmm_ids)
+    assert vmm_ids.UID_BASE <= qemu_user < vmm_ids.UID_BASE + vmm_ids.UID_COUNT
     assert facts["host_observed"]["vmm_process"] == {"uid": qemu_user, "euid": qemu_user, "cap_eff": "0" * 16,
                                                      "no_new_privs": 1, "seccomp": 2}
-    assert facts["vmm_confinement"].startswith("QEMU -runas libvirt-qemu")
+    assert facts["vmm_confinement"].startswith(f"QEMU -runas {qemu_user}:{qemu_user}")
     assert_nothing_left(mvm)
 
 

@@ -69,3 +69,10 @@ def test_the_version_is_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out == f"dlvirt {__version__}\n"
+
+
+def test_a_spec_read_from_stdin_is_checked_as_one_on_the_command_line():
+    """``--spec -``: how an edge host's runner gets its spec (off every command line)."""
+    proc = subprocess.run([sys.executable, "-m", "dlvirt", *BENCH, "-"], input='{"tool": "mlperf"}',
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == EXIT_INPUT and proc.stderr.startswith("dlvirt bench: --spec: lacks app, scenario,")

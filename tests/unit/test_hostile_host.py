@@ -7,9 +7,12 @@ Fast: no engine, no guest, no model. Root is needed to create what another user 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,9 +21,11 @@ from dlvirt.core.errors import UnsafePlace
 from dlvirt.core.owner import new_run_id, process_start_time, process_tag
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import guest
-from dlvirt.platforms.mvm import MicroVM
+from dlvirt.platforms.base import PlatformError
+from dlvirt.platforms.mvm import MicroVM, qemu_microvm_command, qemu_value
+from dlvirt.platforms.vm import open_to_vmm, qemu_ids
 from dlvirt.run import cleanup
-from dlvirt.system import cgroups, private
+from dlvirt.system import cgroups, private, vmm_ids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="making what another user owns needs root")
 NOBODY = 65534
@@ -214,3 +219,111 @@ def test_a_v2_group_goes_in_the_nearest_ancestor_that_may_hold_it(tmp_path):
     assert (root / "job_1" / "step_0" / "cgroup.subtree_control").read_text() == "+memory\n"  # the last write
     (root / "job_1" / "step_0" / "cgroup.controllers").write_text("memory\n")  # cpu not handed down
     assert cgroups.v2_parent(root, "/job_1/step_0/task_0", ["cpu"]) == root / "job_1"
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs qemu-system-x86_64")
+def test_a_work_dir_with_a_comma_or_quote_stays_one_qemu_option_value(tmp_path):
+    """A work_dir like ``/x,file=/etc/shadow"`` cannot add options to QEMU's -drive or -chardev:
+    QEMU itself opens exactly the files named (it runs paused, and is killed)."""
+    folder = tmp_path / 'w,if=none,file=elsewhere"x'
+    folder.mkdir()
+    disk, console = folder / "job.img", folder / "console.log"
+    disk.write_bytes(bytes(1 << 20))
+    command = qemu_microvm_command(name="dlvirt-x", accel="tcg", vcpus=1, memory_mib=64, kernel=disk, initrd=disk,
+                                   cmdline="", root_disk=disk, job_disk=disk, console=console)
+    assert f"id=job,file={str(disk).replace(',', ',,')},format=raw" in " ".join(command)
+    qemu = subprocess.Popen(["qemu-system-x86_64", "-machine", "none", "-nodefaults", "-display", "none",
+                             "-monitor", "none", "-S",
+                             "-drive", f"id=job,file={qemu_value(disk)},format=raw,if=none,readonly=on",
+                             "-chardev", f"file,id=console,path={qemu_value(console)}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not console.exists() and qemu.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert qemu.poll() is None, qemu.communicate()[1].decode()
+        assert console.exists() and sorted(p.name for p in folder.iterdir()) == ["console.log", "job.img"]
+    finally:
+        qemu.kill()
+        qemu.communicate()
+    with pytest.raises(PlatformError, match="control character"):
+        qemu_value(tmp_path / "a\nb")
+
+
+@pytest.fixture
+def fresh_host() -> Iterator[Path]:
+    """A root file system as on a fresh host: root's, 0755, nothing of dlvirt's in it, and a file
+    system of its own (a tmpfs) beside the checkout's."""
+    base = Path(tempfile.mkdtemp(prefix="dlvirt-test-fresh-", dir="/run"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64m", "dlvirt-test", str(base)], check=True)
+    try:
+        yield base
+    finally:
+        subprocess.run(["umount", "-l", str(base)], check=False)
+        base.rmdir()
+
+
+def test_on_a_fresh_host_the_vmm_reaches_its_job_folder_and_outputs_cross_file_systems(fresh_host, tmp_path):
+    """dlvirt makes /var/lib/dlvirt/guests and its parents itself; libvirt's QEMU user (really
+    switched to, with no groups but the one libvirt gives it) writes its console in its job folder;
+    the guest's outputs move from there (a tmpfs) into the checkout (another file system)."""
+    try:
+        uid, gid = qemu_ids()
+    except PlatformError:
+        pytest.skip(f"no user {guest.VMM_USER}")
+    work_dir = fresh_host / "var" / "lib" / "dlvirt" / "guests"
+    folder = private.job_dir(work_dir, "dlvirt-x-", guest.WORK_DIR_WHAT, guest.WORK_DIR_MODE)
+    for made in (fresh_host / "var", fresh_host / "var" / "lib", work_dir.parent, work_dir):
+        assert os.lstat(made).st_mode & 0o777 == 0o711, made  # searchable, not listable
+    open_to_vmm(folder, (uid, gid), "platforms.VM.work_dir")
+    console = private.create_file(folder / "console.log")
+    os.chown(console, uid, gid)
+    as_qemu = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    assert subprocess.run([*as_qemu, "sh", "-c", f"echo booted >> {console}"], check=False).returncode == 0
+    assert console.read_text() == "booted\n"
+    assert subprocess.run([*as_qemu, "ls", str(work_dir)], capture_output=True, check=False).returncode != 0
+    out = folder / "guest" / "out"
+    (out / "rep-0001").mkdir(parents=True)
+    (out / "rep-0001" / "log.txt").write_text("x")
+    assert os.stat(out).st_dev != os.stat(tmp_path).st_dev
+    target = guest.move_out(out, tmp_path / "job" / "out")
+    assert (target / "rep-0001" / "log.txt").read_text() == "x" and not out.exists()
+
+
+def test_each_vm_job_leases_a_uid_of_its_own_and_cannot_open_anothers_files(fresh_host, tmp_path):
+    """Two jobs' leases: different uids, held while their runner lives (another process cannot take
+    one), free again once released; QEMU running as one of them (really switched to, in the kvm group
+    only, as libvirt's static label gives it) opens its own disk and not the other job's."""
+    leases = [vmm_ids.lease(f"job-{i}", tmp_path / "leases") for i in range(2)]
+    try:
+        first, second = (lease.uid for lease in leases)
+        assert first != second and all(vmm_ids.UID_BASE <= uid < vmm_ids.UID_BASE + vmm_ids.UID_COUNT
+                                       for uid in (first, second))
+        taken = subprocess.run(["flock", "--nonblock", str(tmp_path / "leases" / str(first)), "true"], check=False)
+        assert taken.returncode != 0  # held by this process
+        kvm = qemu_ids()[1]
+        folder = private.job_dir(fresh_host / "guests", "dlvirt-x-", guest.WORK_DIR_WHAT, guest.WORK_DIR_MODE)
+        open_to_vmm(folder, (first, kvm), "platforms.VM.work_dir")
+        disks = {}
+        for uid in (first, second):
+            disks[uid] = private.create_file(folder / f"job-{uid}.img", b"disk")
+            os.chown(disks[uid], uid, kvm)
+        as_first = ["setpriv", f"--reuid={first}", f"--regid={kvm}", "--clear-groups", "--", "cat"]
+        assert subprocess.run([*as_first, str(disks[first])], capture_output=True, check=False).stdout == b"disk"
+        refused = subprocess.run([*as_first, str(disks[second])], capture_output=True, text=True, check=False)
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    finally:
+        for lease in leases:
+            lease.release()
+    assert list((tmp_path / "leases").iterdir()) == []  # released: nothing left behind
+
+
+def test_cleanup_removes_only_the_uid_leases_no_live_job_holds(tmp_path):
+    held = vmm_ids.lease("live-job", tmp_path / "leases")
+    stale = tmp_path / "leases" / str(vmm_ids.UID_BASE + vmm_ids.UID_COUNT)  # a killed runner's: unlocked
+    stale.write_text("dead-job\n")
+    try:
+        assert list(vmm_ids.remove_stale(tmp_path / "leases")) == [f"removed stale VMM uid lease {stale}"]
+        assert held.path.exists() and not stale.exists()
+    finally:
+        held.release()

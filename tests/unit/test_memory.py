@@ -116,6 +116,9 @@ def test_mvm_command_line_and_firecracker_config_give_the_guest_its_ram(tmp_path
         mvm._start_vmm("tcg", tmp_path / "r.qcow2", tmp_path / "j.img", tmp_path / "console")
     qemu = started[-1]
     assert qemu[qemu.index("-m") + 1] == "8704"
+    assert qemu[qemu.index("-runas") + 1] == f"{mvm.own_vmm_uid()}:{mvm.own_vmm_uid()}"  # this job's own uid
+    assert mvm.vmm_uid is not None
+    mvm.vmm_uid.release()  # as teardown does
     mvm.firecracker = "/usr/bin/firecracker"
     with pytest.raises(_Started):
         mvm._start_vmm("kvm", tmp_path / "r.img", tmp_path / "j.img", tmp_path / "console")

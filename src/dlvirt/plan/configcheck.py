@@ -258,7 +258,7 @@ def _planned_platforms(config: dict[str, Any]) -> set[str]:
 
 
 def check_inputs(config: dict[str, Any], cache_file: Path | None = None, host_memory: int | None = None) -> None:
-    """Every path the config names (for the study's apps and planned platforms) exists and is the
+    """Every path the config names (in any section, used by the study or not) exists and is the
     right kind; weights and vocab match their checksums; ``study.memory`` is at least docker's
     minimum and, as each planned platform takes it (a guest adds its overhead), fits ``host_memory``
     (bytes, None = not checked: planning for another machine). The checksums computed go into
@@ -274,6 +274,7 @@ def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: in
     from dlvirt.apps import app_class
     from dlvirt.platforms import CLASSES as PLATFORM_CLASSES
     from dlvirt.platforms.guestimage import IMAGE_FILES
+    from dlvirt.run.tools import CLASSES as TOOL_CLASSES
     from dlvirt.run.tools import tool_class
 
     for app in config["study"]["apps"]:
@@ -289,7 +290,15 @@ def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: in
         bounds = settings["dataset"].get("lines_per_sample")
         if bounds and bounds["min"] > bounds["max"]:
             raise ConfigError(f"apps.{app}.dataset.lines_per_sample: min {bounds['min']} > max {bounds['max']}")
-    for tool in config["study"]["tools"]:
+    # A path the config names must exist even where the study does not use it now (a section left
+    # for later that names a wrong path would pass today and fail the day it is used); checksums and
+    # image contents are checked where used only (they cost a read of the file).
+    for app, settings in config.get("apps", {}).items():
+        if app not in config["study"]["apps"]:
+            for part in ("dataset", "weights", "vocab"):
+                _check_path((settings.get(part) or {}).get("path"), f"apps.{app}.{part}.path",
+                            "any" if part == "dataset" else "file")
+    for tool in TOOL_CLASSES:
         tool_class(tool).check_config(config, _check_path)
     platforms = _planned_platforms(config)
     # What each platform's section holds (paths, memory sizes), its class declares.
@@ -301,7 +310,8 @@ def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: in
             missing = [f for f in IMAGE_FILES if not replaced.get(f) and not (Path(image_dir) / f).is_file()]
             if missing:
                 raise ConfigError(f"platforms.{name}.image_dir {image_dir}: lacks {', '.join(missing)}")
-        for key, kind in cls.path_settings.items():
+    for name, section in sorted(config.get("platforms", {}).items()):
+        for key, kind in getattr(PLATFORM_CLASSES.get(name), "path_settings", {}).items():
             _check_path(section.get(key), f"platforms.{name}.{key}", kind)
     for site, host in config.get("hosts", {}).items():
         # ssh expands ~ in both (-i and UserKnownHostsFile)

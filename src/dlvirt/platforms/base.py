@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from dlvirt.core.kinds import PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import held
+from dlvirt.core.untrusted import Budget, OutputRefused
 from dlvirt.system import gpu, topology
 from dlvirt.system.engines import Daemon
 from dlvirt.system.hostinfo import Capabilities
@@ -178,22 +178,34 @@ def job_input_paths(job: HarnessJob) -> list[Path]:
     return sorted(set(found))
 
 
-def copy_regular_files(src: Path, dest: Path) -> None:
+def copy_regular_files(src: Path, dest: Path, budget: Budget | None = None, depth: int = 0) -> None:
     """Copy what an untrusted writer left under ``src`` to the new folder ``dest``: directories and
     regular files only (symlinks, devices, FIFOs and sockets stay behind, nothing is followed out of
-    ``src``), every file with a plain mode (no setuid, no owner kept)."""
+    ``src``), every file with a plain mode (no setuid, no owner kept), within ``budget`` (entries,
+    bytes and depth: ``untrusted``'s caps by default; PlatformError beyond them, before the file
+    that breaks them is copied)."""
+    budget = budget or Budget(f"the container's out folder {src}")
     dest.mkdir(mode=0o755)
-    for entry in os.scandir(src):
-        target = dest / entry.name
-        if entry.is_dir(follow_symlinks=False):
-            copy_regular_files(Path(entry.path), target)
-        elif entry.is_file(follow_symlinks=False):
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as source:
-                if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-                    continue
-                with open(target, "xb") as copy:
-                    shutil.copyfileobj(source, copy, 1 << 20)
+    try:
+        for entry in os.scandir(src):
+            target = dest / entry.name
+            if entry.is_dir(follow_symlinks=False):
+                budget.take(depth)
+                copy_regular_files(Path(entry.path), target, budget, depth + 1)
+            elif entry.is_file(follow_symlinks=False):
+                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as source:
+                    info = os.fstat(source.fileno())
+                    if not stat.S_ISREG(info.st_mode):
+                        continue
+                    budget.take(depth, info.st_size)
+                    with open(target, "xb") as copy:
+                        left = info.st_size  # what it held when counted, no more
+                        while left > 0 and (block := source.read(min(left, 1 << 20))):
+                            copy.write(block)
+                            left -= len(block)
+    except OutputRefused as refused:
+        raise PlatformError(str(refused)) from None
 
 
 class Platform(ABC):

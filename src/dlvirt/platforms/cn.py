@@ -11,7 +11,7 @@ those of a killed workflow.
 
 Least privilege (the harness needs none of root's powers): it runs as ``nobody`` (65534:65534),
 with every capability dropped, ``no-new-privileges``, a pids limit (``platforms.CN.pids_limit``),
-a read-only root file system and a tmpfs for ``/tmp`` (its HOME). The harness reads its uid, its
+a read-only root file system and a 1 GiB tmpfs for ``/tmp`` (its HOME). The harness reads its uid, its
 effective capabilities and NoNewPrivs from ``/proc/self/status``; they are recorded in every
 repetition and the job fails if they are not as asked. Of what the container wrote, only
 directories and regular files are copied out (no links, devices or setuid bits).
@@ -32,6 +32,7 @@ from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import held, start_thread, wait_thread
+from dlvirt.core.untrusted import printable_bytes
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import Expected, Platform, PlatformError, copy_regular_files, job_input_paths
 from dlvirt.system import docker_engine, engine_versions
@@ -45,8 +46,10 @@ OUT_DIR = "/dlvirt/out"
 USER_ID = GROUP_ID = 65534  # nobody:nogroup (in every Debian base)
 PRIVILEGES = {"uid": USER_ID, "euid": USER_ID, "cap_eff": "0000000000000000", "no_new_privs": 1}
 PIDS_LIMIT = 8192           # processes and threads (a framework's pools count): platforms.CN.pids_limit
+# /tmp (the harness's HOME) is RAM: capped, so a harness cannot fill the host's memory through it
+TMP_SIZE = "1g"
 CONFINEMENT = {"user": f"{USER_ID}:{GROUP_ID}", "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
-               "read_only": True, "tmpfs": {"/tmp": "rw,nosuid,nodev,exec,mode=1777"}}
+               "read_only": True, "tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,mode=1777,size={TMP_SIZE}"}}
 
 
 def nvidia_toolkit() -> bool:
@@ -228,7 +231,7 @@ class Container(Platform):
 
         with contextlib.suppress(DockerException, RequestException):
             for chunk in self.container.logs(stream=True, follow=True):
-                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.write(printable_bytes(chunk))  # no ESC sequences into the log
                 sys.stdout.flush()
 
     @property

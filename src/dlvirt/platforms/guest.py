@@ -34,9 +34,10 @@ import dlvirt
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import held
+from dlvirt.core.untrusted import MAX_BYTES, MAX_ENTRIES, Budget, OutputRefused, check_name, printable
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
-from dlvirt.system import private
+from dlvirt.system import private, vmm_ids
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.observe import privileges
 
@@ -45,19 +46,15 @@ GUEST_JOB_DIR = "/job"
 # <work_dir>/dlvirt-<run id>-<random> (mkdtemp, 0700): in one machine-wide private place (root's, checked
 # on every use: dlvirt.system.private), so the next workflow's cleanup finds those of a killed runner.
 # Not under /run: there it would be RAM on most hosts, and a job disk holds the dataset. The place is
-# 0711 (nobody else may list or write it): libvirt's QEMU, which runs as VMM_USER, must reach its
-# job's folder below it.
+# 0711 (nobody else may list or write it): libvirt's QEMU, which runs as the job's own uid, must reach
+# its job's folder below it.
 DEFAULT_WORK_DIR = Path("/var/lib/dlvirt/guests")
 WORK_DIR_MODE = 0o711
-# The user a VMM runs as (setup.sh install creates it): libvirt's QEMU from its start (VM, VMCN),
-# MVM's QEMU once it has opened its files (-runas).
+# The user libvirtd's QEMU driver insists on (setup.sh install creates it); its kvm group is the group
+# of libvirt's QEMU. Each job's VMM runs as a uid of its own (vmm_ids), not as this user.
 VMM_USER = "libvirt-qemu"
 WORK_DIR_WHAT = "the guests' work directory (platforms.<VM|MVM|VMCN>.work_dir)"
 JOB_HEADROOM_MIB = 256          # outputs: harness.json and LoadGen logs
-# What the host reads back of a guest's /out at most (the guest wrote it: nothing of it is trusted)
-OUT_MAX_BYTES = 1 << 30
-OUT_MAX_FILES = 10_000
-SAFE_NAME = re.compile(r"[A-Za-z0-9_.+,=@-]{1,255}")
 SCRIPT_UPTIME = "script_uptime_s"  # run.sh writes the guest's uptime here as it starts
 POLL_S = 0.05
 # The guest's console is bounded: the host keeps its last CONSOLE_TAIL_CHARS in memory (for error
@@ -161,61 +158,101 @@ def make_job_disk(disk: Path, staging: Path, headroom_mib: int = JOB_HEADROOM_MI
         raise PlatformError(f"mkfs.ext4 of the job disk failed: {proc.stderr.strip()}")
 
 
-def _disk_listing(disk: Path, directory: str) -> list[tuple[str, int, int]]:
-    """(name, mode, size) of each entry of ``directory`` on the ext4 image (``debugfs ls -p``)."""
-    proc = _run_quiet(["debugfs", "-R", f"ls -p {directory}", str(disk)])
-    entries = []
-    for line in proc.stdout.splitlines():
-        # /inode/mode/uid/gid/name/size/ (a name never holds "/")
-        fields = line.split("/")
-        if len(fields) == 8 and fields[5] not in (".", ".."):
-            entries.append((fields[5], int(fields[2], 8), int(fields[6] or 0)))
-    return entries
+# debugfs ls -p: /inode/mode/uid/gid/name/size/ (a directory's size is empty)
+LISTING_ENTRY = re.compile(r"/\d+/([0-7]+)/\d+/\d+/([^/]*)/(\d*)/")
+ECHO = "debugfs: "
 
 
-def read_job_disk(disk: Path, dest: Path, max_bytes: int = OUT_MAX_BYTES,
-                  max_files: int = OUT_MAX_FILES) -> int | None:
+def _debugfs_script(disk: Path, commands: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """debugfs (read-only) running ``commands``, one per line, in one process."""
+    return subprocess.run(["debugfs", "-f", "-", str(disk)], input="\n".join(commands) + "\n", cwd=cwd,
+                          capture_output=True, text=True, errors="replace", check=False)
+
+
+def _disk_listings(disk: Path, directories: list[str]) -> dict[str, list[tuple[str, int, int]]]:
+    """(name, mode, size) of each entry of each of ``directories`` on the ext4 image, from one
+    debugfs run. A line that is neither an echoed command nor a well-formed entry (a name holding a
+    line break) and an echo that is not the next command sent (a name forging one) are refused."""
+    commands = [f"ls -p {directory}" for directory in directories]
+    listings: dict[str, list[tuple[str, int, int]]] = {directory: [] for directory in directories}
+    current = -1
+    for line in _debugfs_script(disk, commands).stdout.splitlines():
+        if line.startswith(ECHO):
+            current += 1
+            if current >= len(commands) or line != ECHO + commands[current]:
+                raise OutputRefused("the job disk's listing holds an entry that reads as a debugfs command")
+            continue
+        if not line:
+            continue
+        entry = LISTING_ENTRY.fullmatch(line)
+        if entry is None or current < 0:
+            raise OutputRefused(f"the job disk's {directories[max(current, 0)]} holds an entry dlvirt cannot read "
+                                f"back ({line[:80]!r})")
+        mode, name, size = entry.groups()
+        if name not in (".", ".."):
+            listings[directories[current]].append((name, int(mode, 8), int(size or 0)))
+    return listings
+
+
+def read_job_disk(disk: Path, dest: Path, max_bytes: int = MAX_BYTES, max_files: int = MAX_ENTRIES) -> int | None:
     """Copy the guest's /out to ``dest``/out; return its exit status (None: the job never ended).
 
     The image was written by the guest, so nothing of it is trusted: only directories and regular
     files come out (a guest's symlinks, devices and FIFOs are left behind, nothing keeps the guest's
     owner or mode), every name must be a plain file name, and /out may hold at most ``max_files``
-    files of ``max_bytes`` in all (PlatformError otherwise). debugfs opens the image read-only."""
+    entries (files and directories) of ``max_bytes`` in all, ``untrusted.MAX_DEPTH`` directories deep
+    (PlatformError otherwise). debugfs opens the image read-only and runs once per level of /out and
+    once for the copy, never on more entries than the caps; no host path enters its scripts (the
+    copy runs in ``dest``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    top = {name: (mode, size) for name, mode, size in _disk_listing(disk, "/")}
+    try:
+        return _read_job_disk(disk, dest, Budget("the guest's /out", max_bytes=max_bytes, max_entries=max_files))
+    except OutputRefused as refused:
+        raise PlatformError(str(refused)) from None
+
+
+def _read_job_disk(disk: Path, dest: Path, budget: Budget) -> int | None:
+    top = {name: (mode, size) for name, mode, size in _disk_listings(disk, ["/"])["/"]}
     status = None
     if "exitcode" in top and stat.S_ISREG(top["exitcode"][0]) and top["exitcode"][1] <= 16:
         text = _run_quiet(["debugfs", "-R", "cat /exitcode", str(disk)]).stdout.strip()
         status = int(text) if text.isdigit() else None
     if "out" not in top or not stat.S_ISDIR(top["out"][0]):
         return status
-    commands: list[str] = []
-    total = files = 0
-    pending = ["out"]
-    while pending:
-        directory = pending.pop()
-        (dest / directory).mkdir()
-        for name, mode, size in _disk_listing(disk, f"/{directory}"):
-            if not SAFE_NAME.fullmatch(name):
-                raise PlatformError(f"the guest's /{directory} holds a file named {name[:80]!r}; "
-                                    "dlvirt reads back only plain names")
-            path = f"{directory}/{name}"
-            if stat.S_ISDIR(mode):
-                pending.append(path)
-            elif stat.S_ISREG(mode):
-                total, files = total + size, files + 1
-                commands.append(f'dump "/{path}" "{dest / path}"')
-        if total > max_bytes or files > max_files:
-            raise PlatformError(f"the guest's /out holds more than dlvirt reads back ({files} files, {total} bytes; "
-                                f"at most {max_files} files of {max_bytes} bytes)")
-    if commands:
-        script = dest / ".dump-commands"
-        script.write_text("\n".join(commands) + "\n")
-        proc = _run_quiet(["debugfs", "-f", str(script), str(disk)])
-        script.unlink()
-        if proc.returncode != 0:
-            raise PlatformError(f"debugfs could not copy the job disk's /out: {proc.stderr.strip()[-2000:]}")
+    (dest / "out").mkdir()
+    files: list[str] = []
+    level, depth = ["out"], 0
+    while level:  # breadth first: one debugfs run per level
+        below = []
+        for directory, entries in _disk_listings(disk, [f"/{d}" for d in level]).items():
+            where = f"the guest's {directory}"
+            for name, mode, size in entries:
+                path = f"{directory[1:]}/{check_name(name, where)}"
+                if stat.S_ISDIR(mode):
+                    budget.take(depth)
+                    (dest / path).mkdir()
+                    below.append(path)
+                elif stat.S_ISREG(mode):
+                    budget.take(depth, size)
+                    files.append(path)
+        level, depth = below, depth + 1
+    if files:  # plain names, relative targets: nothing in the script needs quoting
+        proc = _debugfs_script(disk, [f'dump "/{path}" "{path}"' for path in files], cwd=dest)
+        missing = [path for path in files if not (dest / path).is_file()]
+        if proc.returncode != 0 or missing:
+            raise PlatformError(f"debugfs could not copy the job disk's /out ({len(missing)} files not copied): "
+                                f"{proc.stderr.strip()[-2000:]}")
     return status
+
+
+def move_out(src: Path, target: Path) -> Path:
+    """Move the guest's outputs read back to ``src`` (in the work directory, under /var by default)
+    to ``target`` (the job's folder in the checkout), replacing what is there: a rename on one file
+    system, a copy and delete across two (the checkout on another disk or a tmpfs)."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.move(str(src), str(target))
+    return target
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
@@ -295,6 +332,7 @@ class GuestPlatform(Platform):
         self.domain_name = f"dlvirt-{run_id}"
         self.work_root = work_root(config)
         self._disk_dir: Path | None = None
+        self.vmm_uid: vmm_ids.Lease | None = None  # the VMM's own uid (kept, released, after teardown)
         self.last_run: GuestRun | None = None
         self.staged_unix = 0.0                    # when the job disk was ready (host wall clock)
         self.script_uptime_s: float | None = None  # the guest's uptime as run.sh started
@@ -448,10 +486,7 @@ class GuestPlatform(Platform):
             raise PlatformError(f"the job exceeded the guest-side timeout of {timeout_s:.0f} s and was killed")
         if status != 0:
             raise PlatformError(f"the job in the guest exited with status {status}; console tail:\n{tail}")
-        target = self.workdir / "out"
-        if target.exists():
-            shutil.rmtree(target)
-        (out_parent / "out").rename(target)
+        target = move_out(out_parent / "out", self.workdir / "out")
         shutil.rmtree(out_parent, ignore_errors=True)
         self.script_uptime_s = script_uptime(target / SCRIPT_UPTIME)
         return target
@@ -547,6 +582,18 @@ class GuestPlatform(Platform):
         if self._disk_dir is not None:
             shutil.rmtree(self.disk_dir, ignore_errors=True)
             self._disk_dir = None
+        if self.vmm_uid is not None:  # its VMM stopped and its files gone: the uid may serve another job
+            self.vmm_uid.release()
+
+    def own_vmm_uid(self) -> int:
+        """A uid of this job's own for its VMM (``dlvirt.system.vmm_ids``), leased on first use and
+        released at teardown; no other job's VMM runs as it meanwhile."""
+        if self.vmm_uid is None:
+            try:
+                self.vmm_uid = vmm_ids.lease(self.domain_name)
+            except vmm_ids.LeaseError as err:
+                raise PlatformError(str(err)) from None
+        return self.vmm_uid.uid
 
     def startup_s(self, harness: HarnessOutput, run_started_unix: float) -> float | None:
         """The job disk made (host clock), the boot up to the start marker (host-measured), then
@@ -602,13 +649,14 @@ class GuestPlatform(Platform):
 
 
 def _console_text(decoder: codecs.IncrementalDecoder, data: bytes) -> str:
-    return decoder.decode(data).replace("\r\n", "\n")
+    """The guest's console as text for logs and messages: no control characters (ESC sequences)."""
+    return printable(decoder.decode(data).replace("\r\n", "\n"))
 
 
 def _tail(path: Path, chars: int = 3000) -> str:
     try:
         with open(path, "rb") as stream:
             stream.seek(max(0, os.fstat(stream.fileno()).st_size - 4 * chars))
-            return stream.read().decode(errors="replace")[-chars:]
+            return printable(stream.read().decode(errors="replace"))[-chars:]
     except OSError:
         return "(no console output)"

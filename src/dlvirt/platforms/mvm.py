@@ -3,17 +3,16 @@
 Firecracker is used when ``platforms.MVM.firecracker`` names a binary or one is on PATH *and* KVM
 works (Firecracker has no emulator). Otherwise QEMU's microvm machine — QEMU's Firecracker-style
 minimal machine: no PCI, no firmware, virtio-mmio devices — boots the same kernel and disks. The
-result records which VMM ran and how it was confined: QEMU drops root for ``libvirt-qemu`` once its
-files are open and runs under its seccomp sandbox (checked from the host in /proc at every boot);
-Firecracker runs as root, without its jailer, in this version. MVM is VNL/CPU only (no pinning, no
-passthrough; matrix.py refuses anything else), as in the paper.
+result records which VMM ran and how it was confined: QEMU drops root for a uid of the job's own
+once its files are open and runs under its seccomp sandbox (checked from the host in /proc at every
+boot); Firecracker runs as root, without its jailer, in this version. MVM is VNL/CPU only (no
+pinning, no passthrough; matrix.py refuses anything else), as in the paper.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import pwd
 import shutil
 import signal
 import subprocess
@@ -22,15 +21,24 @@ from typing import Any
 
 from dlvirt.core.kinds import PlatformKind
 from dlvirt.platforms.base import PlatformError
-from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, VMM_USER, GuestPlatform, kernel_cmdline
+from dlvirt.platforms.guest import FIRECRACKER_VCPU_THREAD, VCPU_THREAD, GuestPlatform, kernel_cmdline
 from dlvirt.system.engine_versions import binary_version
 
 QEMU = "qemu-system-x86_64"
-# QEMU drops to VMM_USER once it has opened its disks, console and /dev/kvm as root.
+# QEMU drops to this job's own uid (-runas uid:gid) once it has opened its disks, console and /dev/kvm as root.
 # QEMU's seccomp filter: no obsolete system calls, no fork/exec, no scheduler or affinity changes.
 # set*uid stays allowed: QEMU 7.2 installs the filter before -runas drops root (with "deny" it dies
-# of SIGSYS); after the drop every uid is VMM_USER's and no capability is left to raise them.
+# of SIGSYS); after the drop every uid is the job's and no capability is left to raise them.
 SANDBOX = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
+
+
+def qemu_value(path: Path) -> str:
+    """``path`` as the value of a QEMU option string (``key=value,...``): its commas doubled, QEMU's
+    escape, so a work_dir holding ``,`` cannot add options; a path with a control character is refused."""
+    text = str(path)
+    if any(ord(char) < 32 or ord(char) == 127 for char in text):
+        raise PlatformError(f"{text!r}: a path with a control character cannot be handed to QEMU")
+    return text.replace(",", ",,")
 
 
 def qemu_microvm_command(*, name: str, accel: str, vcpus: int, memory_mib: int, kernel: Path, initrd: Path,
@@ -41,11 +49,11 @@ def qemu_microvm_command(*, name: str, accel: str, vcpus: int, memory_mib: int, 
         "-name", f"guest={name},debug-threads=on",  # named vCPU threads; cleanup finds it by name
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none",
         "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
-        "-drive", f"id=root,file={root_disk},format=qcow2,if=none,cache=none",
+        "-drive", f"id=root,file={qemu_value(root_disk)},format=qcow2,if=none,cache=none",
         "-device", "virtio-blk-device,drive=root",
-        "-drive", f"id=job,file={job_disk},format=raw,if=none,cache=none",
+        "-drive", f"id=job,file={qemu_value(job_disk)},format=raw,if=none,cache=none",
         "-device", "virtio-blk-device,drive=job",
-        "-serial", f"file:{console}",
+        "-chardev", f"file,id=console,path={qemu_value(console)}", "-serial", "chardev:console",
     ]
 
 
@@ -122,11 +130,17 @@ class MicroVM(GuestPlatform):
         else:
             self.vmm = "qemu-microvm"
             cmd = self.qemu_command(accel=accel, memory_mib=memory, cmdline=cmdline, root_disk=root_disk,
-                                    job_disk=job_disk, console=console) + ["-sandbox", SANDBOX, "-runas", VMM_USER]
+                                    job_disk=job_disk, console=console) + ["-sandbox", SANDBOX, "-runas", self.runas()]
             out = open(self.disk_dir / "vmm.log", "ab")  # noqa: SIM115 - closed by the with below
         with out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
                                          stderr=subprocess.STDOUT)
+
+    def runas(self) -> str:
+        """QEMU's -runas: this job's own uid, and as its only group a gid of the same number (no group
+        has it): /dev/kvm and every file are open before the drop."""
+        uid = self.own_vmm_uid()
+        return f"{uid}:{uid}"
 
     def qemu_command(self, *, accel: str, memory_mib: int, cmdline: str, root_disk: Path, job_disk: Path,
                      console: Path) -> list[str]:
@@ -165,11 +179,9 @@ class MicroVM(GuestPlatform):
     def vmm_confinement(self) -> dict[str, Any]:
         if self.vmm == "firecracker":  # its jailer is not used yet
             return {"how": "none: Firecracker runs as root (no jailer)", "expected": {"uid": 0}}
-        try:
-            uid = pwd.getpwnam(VMM_USER).pw_uid
-        except KeyError:
-            raise PlatformError(f"no user {VMM_USER} for QEMU to run as (setup.sh install creates it)") from None
-        return {"how": f"QEMU -runas {VMM_USER} (uid {uid}) after opening its files, -sandbox {SANDBOX}",
+        uid = self.own_vmm_uid()
+        return {"how": f"QEMU -runas {self.runas()} (uid and gid this job's own) after opening its files, "
+                       f"-sandbox {SANDBOX}",
                 "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000", "no_new_privs": 1,
                              "seccomp": 2}}
 

@@ -13,14 +13,15 @@ TCG (``allow_emulation``).
 libvirtd and virtlogd are used when they answer; otherwise dlvirt starts them itself through
 ``dlvirt.system.engines`` and stops them when its last user is done.
 
-Confinement: libvirt runs QEMU as ``libvirt-qemu`` (``guest.VMM_USER``) from its start, by a static
-DAC label ``+uid:+gid`` (gid: the ``kvm`` group, which ``/dev/kvm`` belongs to; a static label gets no
-supplementary groups) with no relabelling: dlvirt itself hands QEMU exactly what it writes — its
-job's copy-on-write overlay, job disk and console, chowned to it, in a job folder (0710, group gid)
-it may only traverse. The shared base image, kernel and initrd stay root's and read-only to it (never
-chowned, so concurrent jobs never fight over them); where their own path is closed to that user (a
-0700 home or temp directory above them), the job folder gets a hard link to them (a copy on another
-file system). The host checks QEMU's uid, euid and capabilities in /proc while the guest runs.
+Confinement: libvirt runs QEMU as a uid of the job's own (``dlvirt.system.vmm_ids``: leased, no user
+account) from its start, by a static DAC label ``+uid:+gid`` (gid: the ``kvm`` group, which
+``/dev/kvm`` belongs to; a static label gets no supplementary groups) with no relabelling: dlvirt
+itself hands QEMU exactly what it writes — its job's copy-on-write overlay, job disk and console,
+chowned to it, in a job folder (0710, group gid) it may only traverse. The shared base image, kernel
+and initrd stay root's and read-only to it (never chowned, so concurrent jobs never fight over
+them); where their own path is closed to that user (a 0700 home or temp directory above them), the
+job folder gets a hard link to them (a copy on another file system). The host checks QEMU's uid,
+euid, capabilities, no_new_privs and seccomp mode (libvirt's sandbox) in /proc while the guest runs.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ READ, WRITE, SEARCH = 4, 2, 1
 
 
 def qemu_ids() -> tuple[int, int]:
-    """uid and gid libvirt runs QEMU as: VMM_USER, with the kvm group (VMM_USER's own without one)."""
+    """VMM_USER's uid (a job's QEMU runs as its own instead) and the gid libvirt runs QEMU with: the kvm
+    group (VMM_USER's own without one)."""
     try:
         user = pwd.getpwnam(VMM_USER)
     except KeyError:
@@ -86,6 +88,22 @@ def closed_to(path: Path, uid: int, gid: int, access: int) -> str | None:
     if not _may(info, uid, gid, access):
         return f"its mode {stat.S_IMODE(info.st_mode):04o} (owner uid {info.st_uid}, gid {info.st_gid}) denies it"
     return None
+
+
+def open_to_vmm(folder: Path, qemu_user: tuple[int, int], key: str) -> None:
+    """Make the job folder ``folder`` root's, group ``qemu_user``'s gid, 0710 (QEMU may pass through,
+    not list or write it), and check that QEMU's user can reach it from /; PlatformError naming the
+    closed directory and the config ``key`` otherwise."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, 0, qemu_user[1])
+        os.fchmod(fd, JOB_FOLDER_MODE)
+    finally:
+        os.close(fd)
+    why = closed_to(folder, *qemu_user, SEARCH)
+    if why is not None:
+        raise PlatformError(f"QEMU runs as uid {qemu_user[0]} and cannot reach its job folder {folder}: {why} "
+                            f"({key} must lie below directories others may search)")
 
 
 def quiet_libvirt() -> Any:
@@ -292,20 +310,11 @@ class VirtualMachine(GuestPlatform):
         self.domain: Any = None
         # libvirtd's version as the daemon reports it, QEMU's from the emulator the domain names
         self.engine_versions = engine_versions.libvirt_versions(self.conn, EMULATOR)
-        # QEMU's user must reach its job folder (root's, its group may only traverse it)
-        self.qemu_user = qemu_ids()
+        # QEMU runs as a uid of this job's own (no other job's QEMU may open its files), in the kvm
+        # group, which may only traverse the job folder
+        self.qemu_user = (self.own_vmm_uid(), qemu_ids()[1])
         self.vmm_inputs: dict[str, str] = {}
-        folder = self.disk_dir
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchown(fd, 0, self.qemu_user[1])
-            os.fchmod(fd, JOB_FOLDER_MODE)
-        finally:
-            os.close(fd)
-        why = closed_to(folder, *self.qemu_user, SEARCH)
-        if why is not None:
-            raise PlatformError(f"QEMU runs as {VMM_USER} and cannot reach its job folder {folder}: {why} "
-                                f"(platforms.{self.name}.work_dir must lie below directories others may search)")
+        open_to_vmm(self.disk_dir, self.qemu_user, f"platforms.{self.name}.work_dir")
 
     def vmm_input(self, path: Path) -> Path:
         """``path`` (a shared input, never chowned) where QEMU's user may read it: as it is, else
@@ -325,7 +334,7 @@ class VirtualMachine(GuestPlatform):
                 self.vmm_inputs[path.name] = "copy in the job folder (its own path is closed to QEMU's user)"
         why = closed_to(link, uid, gid, READ)
         if why is not None:
-            raise PlatformError(f"{path}: QEMU runs as {VMM_USER} and may not read it ({why}); dlvirt does not "
+            raise PlatformError(f"{path}: QEMU runs as uid {uid} and may not read it ({why}); dlvirt does not "
                                 "change a shared image: make it readable by others (chmod o+r)")
         return link
 
@@ -356,7 +365,7 @@ class VirtualMachine(GuestPlatform):
         for own in (root_disk, job_disk, console):  # what QEMU writes, and nothing else, is its user's
             os.chown(own, uid, gid, follow_symlinks=False)
         if accel == "kvm" and (why := closed_to(Path("/dev/kvm"), uid, gid, READ | WRITE)) is not None:
-            raise PlatformError(f"QEMU runs as {VMM_USER} (group {KVM_GROUP}) and cannot open /dev/kvm: {why} "
+            raise PlatformError(f"QEMU runs as uid {uid} (group {KVM_GROUP}) and cannot open /dev/kvm: {why} "
                                 f"(as udev sets it up: chgrp {KVM_GROUP} /dev/kvm && chmod 0660 /dev/kvm)")
         boot = (self.vmm_input(self.boot_files.kernel), self.vmm_input(self.boot_files.initrd))
         xml = self.domain_definition(accel, root_disk, job_disk, console, boot)
@@ -395,10 +404,12 @@ class VirtualMachine(GuestPlatform):
 
     def vmm_confinement(self) -> dict[str, Any]:
         uid, gid = getattr(self, "qemu_user", None) or qemu_ids()
-        return {"how": f"libvirt runs QEMU as {VMM_USER} (uid {uid}, gid {gid}: static DAC label, no relabelling); "
+        return {"how": f"libvirt runs QEMU as uid {uid}, this job's own, gid {gid} (static DAC label, no "
+                       "relabelling) under libvirt's seccomp sandbox (qemu.conf seccomp_sandbox) with no_new_privs; "
                        "it owns only its job's overlay, job disk and console; the shared base image, kernel and "
                        "initrd stay root's, read-only to it",
-                "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000"}}
+                "expected": {"uid": uid, "euid": uid, "cap_eff": "0000000000000000", "no_new_privs": 1,
+                             "seccomp": 2}}
 
     def teardown(self) -> None:
         super().teardown()

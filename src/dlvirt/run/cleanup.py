@@ -37,7 +37,7 @@ from typing import Any
 
 from dlvirt.core.errors import UnsafePlace
 from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale, maker, process_start_time
-from dlvirt.system import cgroups, engines, keepaway, private
+from dlvirt.system import cgroups, engines, keepaway, private, vmm_ids
 
 PREFIX = "dlvirt-"
 RUN_NAME = rf"{PREFIX}{RUN_ID}"                                   # cgroups, containers, guests
@@ -153,8 +153,8 @@ def guest_work_roots(platform_settings: dict[str, Any]) -> list[Path]:
 
 
 def remove_stale_guests(platform_settings: dict[str, Any] | None = None) -> Iterator[str]:
-    """Guests (libvirt domains, QEMU/Firecracker processes) named ``dlvirt-<run id>`` and their work
-    folders whose runner is gone. libvirtd is asked only when it answers already."""
+    """Guests (libvirt domains, QEMU/Firecracker processes) named ``dlvirt-<run id>``, their work
+    folders and VMM uid leases whose runner is gone. libvirtd is asked only when it answers already."""
     from dlvirt.platforms import guest
     from dlvirt.platforms.vm import URI, libvirtd_answers, quiet_libvirt
 
@@ -185,6 +185,7 @@ def remove_stale_guests(platform_settings: dict[str, Any] | None = None) -> Iter
             if is_stale(directory.name, GUEST_DIR) and stat.S_ISDIR(os.lstat(directory).st_mode):
                 shutil.rmtree(directory, ignore_errors=True)
                 yield f"removed stale guest work folder {directory}"
+    yield from vmm_ids.remove_stale()  # the guests and their files gone, their uids' leases go too
 
 
 def _mounts_under(tree: Path) -> list[Path]:

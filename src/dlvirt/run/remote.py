@@ -12,15 +12,20 @@ runs ARM images, and BM's cgroups and affinity are the board's. Only files trave
 - a job stopped here (Ctrl-C, SIGTERM from Snakemake) is stopped there too, so the remote runner's
   own teardown runs.
 
-ssh runs in batch mode (never prompts) and checks host keys: against ``known_hosts_file`` when given,
-else as the user's ssh configuration says.
+ssh runs in batch mode (never prompts) and checks host keys strictly (``StrictHostKeyChecking=yes``):
+against ``known_hosts_file`` when given, else the user's known hosts; an unknown host is refused, not
+learnt, unless ``ssh_options`` says otherwise (they come before it, and ssh takes the first value of
+each option).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -29,7 +34,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import dlvirt
 from dlvirt.apps.base import CHECKSUM_SUFFIX, DATASET_INFO
@@ -37,7 +42,8 @@ from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.formats import read_document
 from dlvirt.core.owner import new_run_id, process_tag
 from dlvirt.core.records import JobResult, JobSpec, run_record_problems
-from dlvirt.core.signals import stop_on_signals
+from dlvirt.core.signals import start_thread, stop_on_signals, wait_thread
+from dlvirt.core.untrusted import Budget, OutputRefused, check_name, printable_bytes
 from dlvirt.run.runner import publish_result
 
 COMPLETE = ".dlvirt-complete"  # written last into a staged tree
@@ -88,8 +94,8 @@ class SshHost:
 
     def argv(self, script: str) -> list[str]:
         """ssh running ``script`` with POSIX sh in the working directory (created if missing)."""
-        options = ["BatchMode=yes", f"ConnectTimeout={self.connect_timeout_s}",
-                   "ServerAliveInterval=15", "ServerAliveCountMax=4"]
+        options = ["BatchMode=yes", f"ConnectTimeout={self.connect_timeout_s}", "ServerAliveInterval=15",
+                   "ServerAliveCountMax=4", *self.ssh_options, "StrictHostKeyChecking=yes"]
         argv = ["ssh"]
         if self.port is not None:
             argv += ["-p", str(self.port)]
@@ -97,8 +103,8 @@ class SshHost:
             argv += ["-i", self.identity_file]
             options.append("IdentitiesOnly=yes")
         if self.known_hosts_file:
-            options += [f"UserKnownHostsFile={self.known_hosts_file}", "StrictHostKeyChecking=yes"]
-        for option in (*options, *self.ssh_options):
+            options.append(f"UserKnownHostsFile={self.known_hosts_file}")
+        for option in options:
             argv += ["-o", option]
         wd = shlex.quote(self.workdir)
         return [*argv, "--", self.ssh, "sh -c " + shlex.quote(f"mkdir -p {wd} && cd {wd} && {script}")]
@@ -140,22 +146,28 @@ class SshHost:
     def fetch(self, remote: str, local: Path) -> None:
         """Copy the remote directory ``remote`` into the local directory ``local``.
 
-        The edge host is not trusted with this host's files: the archive is unpacked by tarfile's
-        ``data`` filter (no owners, no setuid or device files, no absolute paths, nothing that
-        leads or links out of ``local``), refused whole if any member breaks those rules."""
+        The edge host is not trusted with this host's files: the archive is unpacked by
+        ``extract_untrusted`` (directories and regular files with plain names only, capped, no owner
+        or mode kept), refused whole if any member breaks those rules; at most 1 MiB may follow the
+        archive, and of what ssh says (kept in a temporary file, not in memory) the tail is reported."""
         local.mkdir(parents=True, exist_ok=True)
-        with subprocess.Popen(self.argv(f"tar -C {shlex.quote(remote)} -cf - ."), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as ssh:
+        with tempfile.TemporaryFile() as stderr, \
+                subprocess.Popen(self.argv(f"tar -C {shlex.quote(remote)} -cf - ."), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=stderr) as ssh:
             assert ssh.stdout is not None
             try:
                 extract_untrusted(ssh.stdout, local)
-            except (tarfile.TarError, OSError) as refused:
+                if len(ssh.stdout.read(TRAILER_MAX_BYTES + 1)) > TRAILER_MAX_BYTES:
+                    raise OutputRefused(f"more than {TRAILER_MAX_BYTES} bytes follow the archive's end")
+            except (tarfile.TarError, OSError, OutputRefused) as refused:
                 ssh.kill()
-                ssh.communicate()
+                ssh.wait()
                 raise RemoteError(f"host {self.site}: the archive of {remote} was refused: {refused}") from None
-            _, stderr = ssh.communicate()
+            ssh.wait()
+            stderr.seek(max(0, os.fstat(stderr.fileno()).st_size - 2000))
+            said = stderr.read().decode(errors="replace").strip()
         if ssh.returncode != 0:
-            raise RemoteError(f"host {self.site}: fetching {remote} failed: {stderr.decode(errors='replace').strip()}")
+            raise RemoteError(f"host {self.site}: fetching {remote} failed: {said}")
 
     def stage_code(self) -> str:
         """This dlvirt package on the remote (content-addressed); returns the PYTHONPATH entry."""
@@ -174,11 +186,100 @@ class SshHost:
         return f'PYTHONPATH="$PWD/{code}" exec {shlex.quote(self.python)} {args}'
 
 
-def extract_untrusted(stream: IO[bytes], dest: Path) -> None:
-    """Unpack the tar ``stream`` into ``dest`` as data only (``tarfile.data_filter``); a member the
-    filter refuses (``../x``, ``/etc/x``, a link out, a device) raises tarfile.FilterError."""
-    with tarfile.open(fileobj=stream, mode="r|") as archive:
-        archive.extractall(dest, filter="data")
+# Extension headers (a long name, pax records) are small; a chain of them is refused early (tarfile
+# reads each one whole into memory and recurses through a chain).
+EXTENSION_MAX_BYTES = 64 << 10
+EXTENSION_RUN_MAX = 2
+MEMBER_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
+EXTENSION_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE)
+TRAILER_MAX_BYTES = 1 << 20   # what may follow the archive's end (tar pads to its record size)
+
+
+def extract_untrusted(stream: IO[bytes], dest: Path, budget: Budget | None = None) -> None:
+    """Unpack the tar ``stream`` into the empty directory ``dest`` as data only, checked here rather
+    than by tarfile's ``data`` filter (which some supported Pythons have with known bypasses): only
+    directories and regular files with plain relative names (``check_name`` for every component),
+    within ``budget`` (entries, bytes, depth; the default caps). Links, devices, FIFOs, sparse and
+    contiguous files, ``/x``, ``../x``, long-name and pax chains are refused from their header, and so
+    is a member whose header size breaks the byte cap, before anything of it is written. Nothing keeps
+    the archive's owner or mode (files 0644, or 0755 when executable; directories 0755), and nothing is
+    written through a symbolic link. Raises OutputRefused (or tarfile.TarError for a broken archive);
+    what was unpacked before a refusal stays in ``dest`` for the caller to remove."""
+    budget = budget or Budget("the archive")
+    run = [0]  # extension headers in a row
+
+    class Header(tarfile.TarInfo):
+        @classmethod
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
+            info = super().frombuf(buf, encoding, errors)
+            if info.type in EXTENSION_TYPES:
+                run[0] += 1
+                if run[0] > EXTENSION_RUN_MAX or info.size > EXTENSION_MAX_BYTES:
+                    raise OutputRefused(f"the archive has an extension header of {info.size} bytes after "
+                                        f"{run[0] - 1} others; dlvirt reads back only short ones")
+            elif info.type in MEMBER_TYPES:
+                run[0] = 0
+            else:
+                raise OutputRefused(f"the archive's member {info.name[:200]!r} is of tar type {info.type!r}; "
+                                    "dlvirt reads back only directories and regular files")
+            return info
+
+    top = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=Header) as archive:
+            for info in archive:
+                parts = _member_parts(info.name)
+                if info.sparse is not None:  # pax sparse records name a real size of their own
+                    raise OutputRefused(f"the archive's member {info.name[:200]!r} is a sparse file")
+                if not parts:
+                    continue  # "." itself
+                budget.take(len(parts) - 1, info.size)  # a directory's data is read (and skipped) too
+                _unpack_member(archive, info, parts, top)
+    finally:
+        os.close(top)
+
+
+def _member_parts(name: str) -> list[str]:
+    """The checked components of an archive member's name (``./`` in front is tar's -C dir .)."""
+    if name.startswith("/"):
+        raise OutputRefused(f"the archive's member {name[:200]!r} has an absolute name")
+    parts = name.split("/")
+    while parts and parts[0] == ".":
+        parts.pop(0)
+    if parts and parts[-1] == "":
+        parts.pop()  # a directory's trailing "/"
+    for part in parts:
+        check_name(part, f"the archive (member {name[:200]!r})")
+    return parts
+
+
+def _unpack_member(archive: tarfile.TarFile, info: tarfile.TarInfo, parts: list[str], top: int) -> None:
+    directory = os.dup(top)
+    try:
+        for part in parts[:-1] if info.isreg() else parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=directory)
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        if not info.isreg():
+            return
+        try:
+            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o755 if info.mode & 0o100 else 0o644, dir_fd=directory)
+        except FileExistsError:
+            raise OutputRefused(f"the archive holds {info.name[:200]!r} twice") from None
+        source = archive.extractfile(info)
+        assert source is not None  # a regular file
+        written = 0
+        with os.fdopen(fd, "wb") as target:
+            while block := source.read(min(1 << 20, info.size - written)):
+                target.write(block)
+                written += len(block)
+        if written != info.size:
+            raise OutputRefused(f"the archive ends inside {info.name[:200]!r}")
+    finally:
+        os.close(directory)
 
 
 def remote_facts(host: SshHost) -> dict[str, Any]:
@@ -224,21 +325,26 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
         weights = f"weights/{spec.app}-{digest}/{local.name}"
     job_dir = f"jobs/{new_run_id()}"
     remote_spec = dataclasses.replace(spec, dataset_dir=dataset, weights_file=weights).to_dict()
-    bench = (f"-m dlvirt bench --spec {shlex.quote(json.dumps(remote_spec, sort_keys=True))} "
-             f"--output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen")
+    # the spec (config sections, URLs) goes over ssh's stdin: no command line there or here holds it
+    bench = f"-m dlvirt bench --spec - --output {job_dir}/run.json --loadgen-dir {job_dir}/loadgen"
     script = f"mkdir -p {job_dir} && echo $$ > {job_dir}/pid && {host.python_command(code, bench)}"
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fetched = Path(tempfile.mkdtemp(prefix=f".fetch-{process_tag()}-", dir=output.parent))
     try:
-        # stdout/stderr inherited: the remote runner's output (progress, errors) lands in this job's log
-        with subprocess.Popen(host.argv(script), stdin=subprocess.DEVNULL) as ssh:
+        # the remote runner's output (progress, errors) goes into this job's log as it comes
+        with subprocess.Popen(host.argv(script), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, bufsize=0) as ssh:
+            assert ssh.stdin is not None and ssh.stdout is not None
+            log = start_thread(functools.partial(_pass_on_printable, ssh.stdout), "dlvirt-remote-log")
             try:
+                _send(ssh.stdin, json.dumps(remote_spec, sort_keys=True).encode())
                 returncode = ssh.wait(timeout=float(spec.timeout_s) + STOP_GRACE_S + 300)
             except BaseException:
                 ssh.kill()
                 stop_remote_job(host, job_dir)
                 raise
+            wait_thread(log, timeout_s=10)
         if returncode != 0:
             raise RemoteError(f"host {host.site}: the remote benchmark job failed ({returncode}); see the log above")
         host.fetch(job_dir, fetched)
@@ -261,6 +367,22 @@ def run_job_remote(host: SshHost, spec: JobSpec, output: Path, loadgen_dir: Path
             host.run(f"rm -rf {job_dir}")
         except RemoteError as err:  # never hide the job's own outcome behind a failed cleanup
             print(f"dlvirt: could not remove {job_dir} on host {host.site}: {err}", file=sys.stderr)
+
+
+def _send(pipe: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to the unbuffered ``pipe`` and close it (an ssh gone already: its status says why)."""
+    with contextlib.suppress(BrokenPipeError):
+        view = memoryview(data)
+        while view:
+            view = view[pipe.write(view) or 0:]
+    pipe.close()
+
+
+def _pass_on_printable(stream: IO[bytes]) -> None:
+    """What the edge host sends on the job's output, into this job's log without control characters."""
+    while block := stream.read(1 << 16):
+        sys.stdout.buffer.write(printable_bytes(block))
+        sys.stdout.flush()
 
 
 def stop_remote_job(host: SshHost, job_dir: str) -> None:

@@ -5,8 +5,9 @@ or swapped for a symbolic link, would let that user choose where root's ``mkfs``
 write. So every runtime directory dlvirt uses is checked with ``lstat`` (no symbolic link followed):
 a directory, owned by the user dlvirt runs as (root), writable by nobody else; each of its ancestors
 owned by root or that user and writable by nobody else unless sticky (``/tmp``'s rule keeps others
-from renaming what is not theirs). dlvirt makes missing ones mode 0700 whatever the umask; it never
-takes over or loosens one that is there. Per-job folders come from ``mkdtemp`` (a fresh random name,
+from renaming what is not theirs). dlvirt makes missing ones mode 0700 whatever the umask (parents
+it makes as searchable as the place below needs: ``private_dir``); it never takes over or loosens one
+that is there. Per-job folders come from ``mkdtemp`` (a fresh random name,
 0700) and files in them are created without following symbolic links.
 """
 
@@ -72,17 +73,20 @@ def _chmod(directory: Path, mode: int) -> None:
 
 
 def private_dir(path: Path, what: str, mode: int = 0o700) -> Path:
-    """``path`` made (with its missing parents, each 0700 whatever the umask) or, when it is there,
-    checked; then set to ``mode`` (0700: nobody else may even look in; 0711 where another user
-    dlvirt runs a process as must reach a path below it). ``what`` names it in a refusal."""
+    """``path`` made (with its missing parents) or, when it is there, checked; then set to ``mode``
+    (0700: nobody else may even look in; 0711 where another user dlvirt runs a process as must reach
+    a path below it). The parents dlvirt makes get 0700 with the search bits of ``mode``, whatever the
+    umask: on a fresh host, where dlvirt makes /var/lib/dlvirt for the guests' 0711 work directory,
+    the VMM's user must pass through it too. ``what`` names it in a refusal."""
     path = Path(os.path.abspath(path))
     missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    parent_mode = 0o700 | mode & 0o011
     for directory in reversed(missing):
         try:
-            os.mkdir(directory, 0o700)
+            os.mkdir(directory, parent_mode)
         except FileExistsError:
             continue  # made by someone else meanwhile: check() judges it
-        _chmod(directory, 0o700)  # mkdir's mode is cut by the umask
+        _chmod(directory, parent_mode)  # mkdir's mode is cut by the umask
     check(path, what)
     _chmod(path, mode)  # checked: ours, no symbolic link, nobody else may write it
     return path

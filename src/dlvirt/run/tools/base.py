@@ -110,7 +110,7 @@ class Tool(ABC):
 
     @classmethod
     def check_config(cls, config: dict[str, Any], check_path: PathCheck) -> None:
-        """Check what the tool's config section names on this host (paths), when the study uses it."""
+        """Check what the tool's config section names on this host (paths), used by the study or not."""
         return None
 
     # -- harness side: inside the platform -------------------------------------------------------

@@ -269,7 +269,7 @@ class Dlbs(Tool):
 
     @classmethod
     def check_config(cls, config: dict[str, Any], check_path: PathCheck) -> None:
-        check_path(config["dlbs"].get("path"), "dlbs.path", "dir")
+        check_path((config.get("dlbs") or {}).get("path"), "dlbs.path", "dir")
 
     @classmethod
     def model_host(cls, app: App, job: HarnessJob) -> ModelHost:
