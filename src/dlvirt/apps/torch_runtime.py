@@ -16,6 +16,10 @@ from dlvirt.apps.base import App, AppError, ThreadPlan
 from dlvirt.system import pagecache
 from dlvirt.system.hostinfo import package_versions
 
+# How the PyTorch apps run their models, for the run record's model (``optimisation``)
+EAGER_INFERENCE = {"optimisation": "inference_mode",
+                   "optimisation_note": "eager PyTorch under torch.inference_mode() (no autograd state)"}
+
 
 def configure(threads: ThreadPlan, processor: str) -> Any:
     """Apply ``threads`` to PyTorch (nothing where the plan leaves a count to PyTorch) and return
