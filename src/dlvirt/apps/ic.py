@@ -189,7 +189,9 @@ class KerasResNet50:
         self.forward = tf.function(lambda x: self.model(x, training=False), input_signature=[spec])
         self.session: Any = None  # the frozen graph's (CPU), else None: the tf.function runs
         self.freeze_s: float | None = None
+        self.eager_inter_op = 0  # the eager runtime's inter-op threads, idle beside a session
         if processor == "CPU":
+            self.eager_inter_op = observe.thread_names().get("tf_Compute", 0)
             start = time.perf_counter()
             self.session, self._output = frozen_session(self.forward)
             self.freeze_s = time.perf_counter() - start
@@ -233,15 +235,18 @@ class KerasResNet50:
                 "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version")}
 
     def threads(self) -> dict[str, Any]:
-        """TensorFlow names its inter-op pool's threads tf_Compute (counted here); its intra-op
+        """TensorFlow names its inter-op pools' threads tf_Compute (counted here); its intra-op
         pool is unnamed, and a count it chooses itself (reported as 0) is one per CPU of the
-        affinity (its NumSchedulableCPUs), what ``intra_op_source`` says."""
+        affinity (its NumSchedulableCPUs), what ``intra_op_source`` says. A session has an inter-op
+        pool of its own beside the eager runtime's, which built the model and then runs nothing:
+        ``inter_op`` counts the pool that runs the model, ``inter_op_idle`` the other."""
         import tensorflow as tf
 
         configured = tf.config.threading.get_intra_op_parallelism_threads()
         return {"intra_op": configured or len(os.sched_getaffinity(0)),
                 "intra_op_source": "set" if configured else "TensorFlow default: CPUs in the affinity",
-                "inter_op": observe.thread_names().get("tf_Compute", 0)}
+                "inter_op": observe.thread_names().get("tf_Compute", 0) - self.eager_inter_op,
+                "inter_op_idle": self.eager_inter_op}
 
     def versions(self) -> dict[str, str]:
         import tensorflow as tf

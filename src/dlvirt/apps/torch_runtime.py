@@ -171,6 +171,9 @@ class TorchModelApp(App):
     def first_call(self) -> None:
         """Nothing to set up: PyTorch runs eagerly."""
 
+    def model_provenance(self) -> dict[str, Any]:
+        return {**super().model_provenance(), **EAGER_INFERENCE}
+
     def gpu_state(self) -> dict[str, Any]:
         return gpu_state(self.model)
 
