@@ -10,12 +10,13 @@
 - ``XLA over variables``: the same tf.function compiled by XLA (``jit_compile=True``).
 
 One process pinned to the first ``--cores`` CPUs of its affinity, TensorFlow's default threads (one
-intra-op thread per CPU there), one model; each way runs once untimed (its tracing, constant folding
-or compiling, printed as set-up; the session's includes the freezing, which traces the tf.function
-over variables: its set-up is its first run only), then ``--rounds`` rounds of ``--batches`` timed batches of random
-inputs, the ways taking turns going first from round to round, so that drift of a shared machine
-reaches all alike. Printed per way: the median over rounds of samples/s, its ratio to the frozen
-graph's, its set-up seconds and its largest difference from the tf.function's probabilities.
+intra-op thread per CPU there), one model; each way runs once untimed (its freezing, constant folding
+or compiling, printed as set-up; the tf.function over variables is traced before, to freeze it for
+the tf.function of the frozen graph, so its set-up is its first run alone), then ``--rounds``
+rounds of ``--batches`` timed batches of random inputs, the ways taking turns going first from
+round to round, so that drift of a shared machine reaches all alike. Printed per way: the median
+over rounds of samples/s, its ratio to the frozen graph's, its set-up seconds and its largest
+difference from the tf.function's probabilities.
 
     python benchmarks/ic_execution.py [--cores 2] [--batch 16] [--batches 3] [--rounds 5]
 """
@@ -70,7 +71,6 @@ def main() -> None:
         start = time.perf_counter()
         run(batch[:1])
         set_up[name] = time.perf_counter() - start
-    set_up["frozen graph, session"] += backend.freeze_s or 0.0
     reference = ways["tf.function over variables"](batch)
     differs = {name: float(np.abs(run(batch) - reference).max()) for name, run in ways.items()}
     rates: dict[str, list[float]] = {name: [] for name in ways}
