@@ -38,6 +38,7 @@ def test_the_frozen_graph_answers_as_the_model_over_its_variables(jpegs):
     assert np.array_equal(np.argsort(-frozen)[:, :5], np.argsort(-over_variables)[:, :5])
     provenance = app.model_provenance()
     assert provenance["optimisation"] == "frozen-graph" and provenance["optimisation_s"] > 0
+    assert {node.device for node in app.backend.session.graph_def.node} == {"/device:CPU:0"}  # not a GPU it sees
     assert ic_app(jpegs, "pytorch").model_provenance()["framework"] == "pytorch"  # not loaded: nothing applied yet
 
 

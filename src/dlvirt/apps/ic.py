@@ -135,14 +135,15 @@ def frozen_graph(forward: Any) -> tuple[Any, str]:
     return graph_def, concrete.outputs[0].name
 
 
-def frozen_session(forward: Any) -> tuple[Any, str]:
-    """A TensorFlow session holding ``forward``'s frozen graph (``frozen_graph``), with the process's
-    thread settings, and the output tensor to fetch."""
+def frozen_session(forward: Any, device: str) -> tuple[Any, str]:
+    """A TensorFlow session holding ``forward``'s frozen graph (``frozen_graph``) placed on ``device``
+    (a session would place it on a GPU wherever it sees one), with the process's thread settings,
+    and the output tensor to fetch."""
     import tensorflow as tf
 
     graph_def, output = frozen_graph(forward)
     graph = tf.Graph()
-    with graph.as_default():
+    with graph.as_default(), tf.device(device):
         tf.compat.v1.import_graph_def(graph_def, name="")
     return tf.compat.v1.Session(graph=graph), output
 
@@ -198,7 +199,7 @@ class KerasResNet50:
         if self.session is None:
             self.eager_inter_op = observe.thread_names().get("tf_Compute", 0)
             start = time.perf_counter()
-            self.session, self._output = frozen_session(self.forward)
+            self.session, self._output = frozen_session(self.forward, self.device)
             self.freeze_s = time.perf_counter() - start
         return self.session
 
