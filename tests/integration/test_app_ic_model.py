@@ -24,6 +24,24 @@ def test_resnet50_outputs_1000_class_probabilities(tmp_path):
     assert app.infer(app.synthetic_batch(3)).shape == (3, 1000)
 
 
+def test_the_frozen_graph_answers_as_the_model_over_its_variables(jpegs):
+    import tensorflow as tf
+
+    app = ic_app(jpegs, "tensorflow")
+    app.load_model()
+    app.first_call()
+    batch = np.stack([app.preprocess(i) for i in range(3)])
+    frozen = app.infer(batch)
+    over_variables = app.backend.forward(tf.constant(batch)).numpy()
+    # the same model up to float32 rounding: batch-norm folded into the convolutions reorders sums
+    assert np.allclose(frozen, over_variables, rtol=1e-4, atol=1e-6)
+    assert np.array_equal(np.argsort(-frozen)[:, :5], np.argsort(-over_variables)[:, :5])
+    provenance = app.model_provenance()
+    assert provenance["optimisation"] == "frozen-graph" and provenance["optimisation_s"] > 0
+    assert {node.device for node in app.backend.session.graph_def.node} == {"/device:CPU:0"}  # not a GPU it sees
+    assert ic_app(jpegs, "pytorch").model_provenance()["framework"] == "pytorch"  # not loaded: nothing applied yet
+
+
 def test_pytorch_resnet50_v15_outputs_probabilities_and_reports_its_device(jpegs):
     app = ic_app(jpegs, "pytorch")
     app.load_model()
@@ -32,6 +50,7 @@ def test_pytorch_resnet50_v15_outputs_probabilities_and_reports_its_device(jpegs
     assert app.infer(app.synthetic_batch(3)).shape == (3, 1000)
     provenance = app.model_provenance()
     assert provenance["framework"] == "pytorch" and "v1.5" in provenance["architecture"]
+    assert provenance["optimisation"] == "inference_mode"
     assert app.framework_versions()["torch"].startswith("2.")
     # 25.6 M parameters, torchvision's names, stride 2 in the 3x3 convolution of a down-sampling block
     model = app.backend.model

@@ -42,6 +42,7 @@ def test_infer_splits_ctrs_per_sample_and_model_only_batch(rs_dataset):
     provenance = app.model_provenance()
     assert provenance["weights"] == "random" and provenance["config"]["kaggle_table_sizes"] is False
     assert provenance["config"]["max_rows_per_table"] == 1000
+    assert provenance["optimisation"] == "inference_mode"  # what the run record says was applied
 
 
 def test_checked_weights_load_and_mismatched_tables_are_refused(rs_dataset, tmp_path):

@@ -16,6 +16,10 @@ from dlvirt.apps.base import App, AppError, ThreadPlan
 from dlvirt.system import pagecache
 from dlvirt.system.hostinfo import package_versions
 
+# How the PyTorch apps run their models, for the run record's model (``optimisation``)
+EAGER_INFERENCE = {"optimisation": "inference_mode",
+                   "optimisation_note": "eager PyTorch under torch.inference_mode() (no autograd state)"}
+
 
 def configure(threads: ThreadPlan, processor: str) -> Any:
     """Apply ``threads`` to PyTorch (nothing where the plan leaves a count to PyTorch) and return
@@ -166,6 +170,9 @@ class TorchModelApp(App):
 
     def first_call(self) -> None:
         """Nothing to set up: PyTorch runs eagerly."""
+
+    def model_provenance(self) -> dict[str, Any]:
+        return {**super().model_provenance(), **EAGER_INFERENCE}
 
     def gpu_state(self) -> dict[str, Any]:
         return gpu_state(self.model)
