@@ -243,7 +243,7 @@ def test_hard_killed_job_leaves_a_work_dir_that_cleanup_removes(ic_dataset, tmp_
                             "--output", str(runs / "BM" / "r.json"), "--loadgen-dir", str(tmp_path / "lg")],
                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not list((runs / "BM").glob(f".work-{job.pid}-*/job.json")) and time.monotonic() < deadline:
+    while not list((runs / "BM").glob(f".work-{job.pid}-*/attempt-*/job.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()

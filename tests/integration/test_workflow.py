@@ -162,7 +162,7 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
         while time.monotonic() < deadline and snake.poll() is None:
             runners = [pid for pid in job_runners(snake.pid)
                        if b"bench" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
-            if runners and list(run.parent.glob(".work-*/job.json")):
+            if runners and list(run.parent.glob(".work-*/attempt-*/job.json")):
                 break
             time.sleep(0.5)
         assert runners, f"the benchmark job never started: {snake.stderr.read() if snake.poll() is not None else ''}"
