@@ -98,7 +98,9 @@ def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) 
     for i, level in enumerate(block["cores"]):
         if level == "all":
             if caps is None:
-                raise ConfigError(f"{where}.cores[{i}]: 'all' needs the host check (host_check: true)")
+                raise ConfigError(f"{where}.cores[{i}]: 'all' needs the host check (host_check: true); planning for "
+                                  "other machines (a cluster's nodes: profiles/slurm), give their core counts as "
+                                  "numbers, as config/paper.yaml does")
             levels.append(caps.cores)
         else:
             levels.append(int(level))
