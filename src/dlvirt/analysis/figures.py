@@ -47,6 +47,9 @@ from dlvirt.plan.leftout import reasons  # noqa: E402
 PALETTE = sns.color_palette("colorblind", 10)  # a platform's colour is its PlatformKind.colour here
 PINNING_STYLE = {"VNL": "-", "PIN": "--"}
 PINNING_MARKER = {"VNL": "o", "PIN": "s"}
+# VNL and PIN points of one level side by side: a platform's PIN point at a level where it has no line
+# (PIN measured at one level only) would otherwise hide behind its VNL point of the same colour
+PINNING_DODGE = {"VNL": -0.07, "PIN": 0.07}
 PHASE_COLOURS = dict(zip(PHASES, sns.color_palette("Set2", 3), strict=True))
 EMULATED_HATCH = "//"
 
@@ -115,7 +118,8 @@ def e2e_vs_cores(ax: plt.Axes, frame: pd.DataFrame, *, tool: str, app: str, proc
                 continue
             tcg = bool(emulated(line).any())
             label = f"{platform} {pinning}" + (" (emulated, TCG)" if tcg else "")
-            ax.errorbar([position[c] for c in line["cores"]], line[value], yerr=line[ci].fillna(0),
+            ax.errorbar([position[c] + PINNING_DODGE[pinning] for c in line["cores"]], line[value],
+                        yerr=line[ci].fillna(0),
                         color=colour(plan, platform), linestyle=PINNING_STYLE[pinning],
                         marker=PINNING_MARKER[pinning], markerfacecolor="none" if tcg else None,
                         capsize=3, label=label)
