@@ -36,7 +36,8 @@ def test_drift_table_flags_a_trend_over_three_rounds_and_shows_two():
 
     frame = pd.DataFrame([
         {"tool": "mlperf", "app": "ic", "scenario": "BM/1/PIN/CPU", "round_means_s": "10;11;12.1", "drift_p": 0.01},
-        {"tool": "mlperf", "app": "ic", "scenario": "BM/2/PIN/CPU", "round_means_s": "6;6.1;5.9", "drift_p": 0.8},
+        {"tool": "mlperf", "app": "ic", "scenario": "BM/2/PIN/CPU", "round_means_s": "6;6.1;5.9;6;20", "drift_p": 0.8,
+         "outlier_launches": "round 5"},
         {"tool": "mlperf", "app": "ic", "scenario": "CN/1/VNL/CPU", "round_means_s": "10;10.5", "drift_p": math.nan},
         {"tool": "mlperf", "app": "ic", "scenario": "CN/2/VNL/CPU", "round_means_s": "7", "drift_p": math.nan},
     ])
@@ -44,6 +45,8 @@ def test_drift_table_flags_a_trend_over_three_rounds_and_shows_two():
     assert table.loc["BM/1/PIN/CPU", "drift"] == "TREND" and table.loc["BM/2/PIN/CPU", "drift"] == ""
     assert table.loc["CN/1/VNL/CPU", "drift"] == "needs ≥ 3 rounds"
     assert table.loc["CN/1/VNL/CPU", "last vs first"] == "+5.0%" and "CN/2/VNL/CPU" not in table.index
+    assert table.loc["BM/2/PIN/CPU", "outlier launch"] == "round 5"
+    assert table.loc["BM/1/PIN/CPU", "outlier launch"] == ""
 
 
 def test_every_claim_part_shows_margin_estimate_interval_df_and_n(built_tables):

@@ -105,6 +105,17 @@ def test_summary_phases_come_from_the_same_repetitions_as_the_mean():
     assert row["loadgen_valid"] is True and row["model"] == "ResNet50" and row["reference_model"] is True
 
 
+def test_a_launch_far_from_its_siblings_is_flagged_and_kept():
+    from dlvirt.analysis.aggregate import summarise_launches
+
+    # SR CN/2/VNL, as a default study saw it: one launch of 10.96 s among siblings of about 1.5 s
+    means = (1.5, 1.48, 10.96, 1.52, 1.51)
+    launches = [dataclasses.replace(launch([run(v), run(v)]), replicate=i + 1) for i, v in enumerate(means)]
+    row = summarise_launches(launches)
+    assert row["outlier_launches"] == "round 3" and row["replicates"] == 5 and row["mean_s"] == pytest.approx(
+        sum(means) / 5)
+
+
 def test_replicates_are_the_unit_of_the_interval():
     from dlvirt.analysis.aggregate import summarise_launches
 
@@ -118,7 +129,7 @@ def test_replicates_are_the_unit_of_the_interval():
     assert row["round_means_s"] == "1;1.2;1.1" and row["launch_rounds"] == "1;2;3"
     assert row["launch_nodes"] == "n0;n1;n0" and row["launch_boot_s"] == "5;6;5.5"
     assert row["mean_s"] == pytest.approx(1.1)
-    assert row["std_s"] == pytest.approx(0.1) and row["outlier_reps"] == ""
+    assert row["std_s"] == pytest.approx(0.1) and row["outlier_reps"] == "" and row["outlier_launches"] == ""
     # the variance components (log scale, times the mean), not the SD of the launch means
     from dlvirt.core.variance import of_launches
 

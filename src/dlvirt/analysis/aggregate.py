@@ -181,6 +181,8 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "min_reps": min((len(valid) for valid in per_launch), default=0),
         "outliers": sum(len(outliers([r.e2e_s for r in valid])) for valid in per_launch),
         "outlier_reps": outlier_list(launches),
+        # a launch far from its siblings (the same rule over the launch means): flagged, kept
+        "outlier_launches": "; ".join(f"round {launches[i][0]}" for i in outliers(launch_means)),
         "unsteady_launches": sum((result.repetitions or {}).get("steady") is False for result in results),
         "mean_s": est.mean,
         "ci95_s": est.ci95,

@@ -65,6 +65,8 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("min_reps", "int", "the fewest counted repetitions of any launch"),
     Column("outliers", "int", "repetitions flagged by the modified z-score rule within their launch (kept)"),
     Column("outlier_reps", "str", "the flagged repetitions per launch: 'round 2: rep 3; round 5: rep 1, 4'"),
+    Column("outlier_launches", "str", "launches whose mean the modified z-score rule flags among the row's "
+                                      "launch means (three or more; kept): 'round 2; round 5'"),
     Column("unsteady_launches", "int", "launches whose first two counted repetitions differ by more than "
                                        "study.warmup_tolerance (reported; every repetition still counts)"),
     Column("mean_s", "float", "mean of the launch means (s): the row's E2E or model-only time"),

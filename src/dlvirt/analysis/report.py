@@ -214,6 +214,10 @@ def _phase_table(frame: pd.DataFrame, plan: PlanDocument) -> pd.DataFrame:
 DRIFT_ALPHA = 0.05
 
 
+def _text(cell: object) -> str:
+    return "" if cell is None or pd.isna(cell) else str(cell)
+
+
 def drift_table(frame: pd.DataFrame) -> pd.DataFrame:
     """E2E of each scenario by round (launch means in round order) and whether they trend: a least-
     squares slope over the rounds, flagged when its two-sided p-value is below 0.05 (three or more
@@ -231,7 +235,8 @@ def drift_table(frame: pd.DataFrame) -> pd.DataFrame:
                      "E2E by round (s)": " → ".join(f"{m:.4g}" for m in means),
                      "last vs first": f"{means[-1] / means[0] - 1:+.1%}",
                      "trend p": p if pd.notna(p) else None,
-                     "drift": "TREND" if flagged else ("" if len(means) >= 3 else "needs ≥ 3 rounds")})
+                     "drift": "TREND" if flagged else ("" if len(means) >= 3 else "needs ≥ 3 rounds"),
+                     "outlier launch": _text(row.get("outlier_launches"))})
     return pd.DataFrame(rows)
 
 
