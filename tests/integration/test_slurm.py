@@ -144,6 +144,7 @@ def adapt_profile(workdir: Path, cluster: Cluster) -> None:
     path = workdir / PROFILE
     profile = yaml.safe_load(path.read_text())
     profile["set-resources"]["benchmark"].update(cpus_per_task=cluster.cpus, mem_mb=4000)
+    profile["config"]["cluster"] = {"node_cores": cluster.cpus}  # what cores: [all] means there
     path.write_text(yaml.safe_dump(profile, sort_keys=False))
 
 

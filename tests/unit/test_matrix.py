@@ -57,6 +57,14 @@ def test_no_host_check_takes_matrix_as_declared():
         expand(config([{"platforms": ["BM"], "cores": ["all"], "pinning": ["PIN"], "processors": ["CPU"]}]), None)
 
 
+def test_all_cores_on_a_cluster_is_the_benchmark_nodes_cores():
+    block = [{"platforms": ["BM"], "cores": [1, "all"], "pinning": ["VNL"], "processors": ["CPU"]}]
+    with pytest.raises(ConfigError, match=r"matrix\[0\].cores\[1\]: 'all' needs the host check .* cluster.node_cores"):
+        expand(config(block), None)
+    # a profile's --config passes the number as digits
+    assert names(expand({**config(block), "cluster": {"node_cores": "80"}}, None)) == ["BM/1/VNL/CPU", "BM/80/VNL/CPU"]
+
+
 def test_paper_matrix_without_host_check_is_the_full_matrix():
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     cfg = copy.deepcopy(paper)

@@ -93,15 +93,18 @@ def interleave(launches: list[Job], replicates: int, seed: int) -> list[Job]:
     return jobs
 
 
-def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None) -> list[int]:
+def _cores_levels(block: dict[str, Any], where: str, caps: Capabilities | None,
+                  node_cores: int | None = None) -> list[int]:
+    """The block's core levels; ``all`` is the host's cores, or without the host check a cluster's
+    ``node_cores`` (the benchmark nodes' CPUs, cluster.node_cores)."""
     levels: list[int] = []
     for i, level in enumerate(block["cores"]):
         if level == "all":
-            if caps is None:
-                raise ConfigError(f"{where}.cores[{i}]: 'all' needs the host check (host_check: true); planning for "
-                                  "other machines (a cluster's nodes: profiles/slurm), give their core counts as "
-                                  "numbers, as config/paper.yaml does")
-            levels.append(caps.cores)
+            if caps is None and node_cores is None:
+                raise ConfigError(f"{where}.cores[{i}]: 'all' needs the host check (host_check: true) or, planning "
+                                  "for a cluster's nodes, cluster.node_cores (profiles/slurm sets it); else give "
+                                  "core counts as numbers, as config/paper.yaml does")
+            levels.append(caps.cores if caps is not None else int(node_cores or 0))
         else:
             levels.append(int(level))
     return sorted(set(levels))
@@ -168,11 +171,14 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     blocks, prefix = study["matrix"], "study.matrix"
     if site != LOCAL_SITE:
         blocks, prefix = config["hosts"][site]["matrix"], f"hosts.{site}.matrix"
+    # what 'all' means for a cluster's benchmark nodes (planned without a host check)
+    node_cores = config.get("cluster", {}).get("node_cores") if site == LOCAL_SITE else None
+    node_cores = None if node_cores is None else int(node_cores)  # a profile's config passes it as digits
     for b, block in enumerate(blocks):
         where = f"{prefix}[{b}]"
         _check_block(block, where)
         for platform in block["platforms"]:
-            for cores in _cores_levels(block, where, caps):
+            for cores in _cores_levels(block, where, caps, node_cores):
                 for pinning in block["pinning"]:
                     for processor in block["processors"]:
                         scenario = Scenario(platform, cores, pinning, processor)
