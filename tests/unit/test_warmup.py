@@ -50,6 +50,11 @@ def test_the_report_prints_the_config_line_that_fixes_the_counts():
     (rs,) = suggest(two)
     assert len(rs.positions) == 1 and rs.positions[0].launches == 8  # two counted: the first against the second
     assert report([], 0.01) == "warmup: no run records"
+    # records of the old steady-state rule: launches with different warm-up counts, a lower bound
+    old = pilot("sr", [])
+    old[0] = dataclasses.replace(old[0], warmups=old[0].warmups * 2)
+    assert "read this count as a lower bound" in report(suggest(old), 0.01)
+    assert "lower bound" not in report(suggest(pilot("sr", [])), 0.01)
 
 
 def test_the_warmup_command_reads_a_runs_folder(tmp_path, capsys):

@@ -48,10 +48,13 @@ class Suggestion:
     tool: str
     app: str
     launches: int
-    pilot_warmups: int  # warm-ups every pilot launch ran
+    pilot_warmups: int  # warm-ups every pilot launch ran (the most, where they differ)
     positions: list[Position]
     warming: int  # leading positions still warming
     steady_share: float  # launches whose record says steady (NaN: none judged)
+    # the pilot's launches ran different warm-up counts: records of the old steady-state rule, which
+    # moved slow first repetitions to the warm-ups, so their counted ones understate the warming
+    mixed_warmups: bool = False
 
     @property
     def count(self) -> int:
@@ -87,8 +90,9 @@ def suggest(records: list[JobResult], margin: float = DEFAULT_MARGIN, alpha: flo
         warming = next((p.index for p in positions if not p.p_slower < alpha), len(positions))
         steady = [launch.repetitions.get("steady") for launch in launches if launch.repetitions]
         judged_steady = [s for s in steady if isinstance(s, bool)]
-        out.append(Suggestion(tool, app, len(launches), max(len(launch.warmups) for launch in launches), positions,
-                              warming, statistics.fmean(judged_steady) if judged_steady else math.nan))
+        ran = {len(launch.warmups) for launch in launches}
+        out.append(Suggestion(tool, app, len(launches), max(ran), positions, warming,
+                              statistics.fmean(judged_steady) if judged_steady else math.nan, len(ran) > 1))
     return out
 
 
@@ -101,8 +105,10 @@ def report(suggestions: list[Suggestion], margin: float) -> str:
     for s in suggestions:
         shown = "; ".join(p.text() for p in s.positions) or "fewer than two counted repetitions: nothing to judge"
         steady = "" if math.isnan(s.steady_share) else f", steady {s.steady_share:.0%} of launches"
+        mixed = (" (its launches ran different warm-up counts: records of the old rule, which set slow "
+                 "repetitions aside, so read this count as a lower bound)") if s.mixed_warmups else ""
         lines.append(f"  {s.tool} {s.app}: {s.launches} launches, {s.pilot_warmups} warm-up(s){steady}: {shown} "
-                     f"→ {s.count} warm-up(s)")
+                     f"→ {s.count} warm-up(s){mixed}")
     per_app: dict[str, dict[str, int]] = {}
     for s in suggestions:
         per_app.setdefault(s.app, {})[s.tool] = s.count
