@@ -67,14 +67,14 @@ def _exit_code(err: Exception) -> int | None:
     from dlvirt.platforms.base import PlatformError
     from dlvirt.platforms.guestimage import ImageError
     from dlvirt.run.remote import RemoteError
-    from dlvirt.run.tools.dlbs import DlbsError
+    from dlvirt.run.tools.base import ToolError
     from dlvirt.system.cgroups import CgroupError
     from dlvirt.system.engines import EngineError
 
     if isinstance(err, (UsageError, ConfigError, RecordError, CompareError, FormatError, SummaryError,
                         CalibrationError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return EXIT_INPUT
-    if isinstance(err, (AppError, PlatformError, ImageError, DlbsError, RemoteError, CgroupError, EngineError)):
+    if isinstance(err, (AppError, PlatformError, ImageError, ToolError, RemoteError, CgroupError, EngineError)):
         return EXIT_RUN
     return None
 

@@ -126,5 +126,5 @@ def test_pytorch_backend_smoke_jobs_on_bm_under_loadgen_and_dlbs(workflow_dir):
         assert "v1.5" in run["model"]["architecture"] and run["stack"]["stack"] == "cpu"
         assert "torch" in run["versions"]
     assert mlperf["runs"][0]["samples"] == 16 and mlperf["runs"][0]["quality"]["scored"] == 16
-    log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/PIN/CPU/1" / dlbs_run["runs"][0]["dlbs"]["log"]
+    log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/PIN/CPU/1" / dlbs_run["runs"][0]["tool_output"]["log"]
     assert dlbs.parse_log_file(log)["exp.framework"] == "pytorch"

@@ -21,7 +21,7 @@ def test_smoke_run_ic_dlbs_on_bm(workflow_dir):
     assert run["verified"] and run["runs"][0]["observed"]["quota_cores"] == pytest.approx(1.0)
     batches = config["dlbs"]["exp.num_batches"]
     for rep in run["runs"]:
-        log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/VNL/CPU/1" / rep["dlbs"]["log"]
+        log = workflow_dir / "results/loadgen/dlbs/ic/BM/1/VNL/CPU/1" / rep["tool_output"]["log"]
         logged = dlbs.parse_log_file(log)
         assert logged["exp.framework"] == "tensorflow" and logged["exp.model"] == "resnet50"
         assert logged["exp.phase"] == "inference" and logged["exp.num_batches"] == batches

@@ -288,7 +288,7 @@ def test_phase_cpu_fits_the_timed_window_and_a_model_only_run_uses_every_core(ic
             "path": None}
     for cores in sorted({1, min(2, len(CPUS))}):
         job = ic_job_spec(tmp_path / "ic16", cores, "PIN", tool=tool, repetitions=2, warmup_repetitions=1, batch_size=8,
-                   app_settings=settings, loadgen=settings["loadgen"], dlbs=dlbs if tool == "dlbs" else None)
+                   app_settings=settings, loadgen=settings["loadgen"], tool_settings=dlbs if tool == "dlbs" else None)
         result = run_job(job, tmp_path / f"{cores}.json", tmp_path / f"lg-{cores}")
         over = samples = 0
         for run in result.warmups + result.runs:

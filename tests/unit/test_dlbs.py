@@ -62,11 +62,11 @@ def test_settings_merge_per_app_and_experimenter_only_for_dlbs_models(tmp_path):
     assert "apps" not in dlbs.settings_for(section, "ic")
     job = HarnessJob(tool="dlbs", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
                      repetitions=1, warmup_repetitions=0, threads="granted", batch_size=32, loadgen={},
-                     app_settings={}, dataset_dir="ic", run_id="1-test", dlbs=dlbs.settings_for(section, "ic"))
+                     app_settings={}, dataset_dir="ic", run_id="1-test", tool_settings=dlbs.settings_for(section, "ic"))
     params = dlbs.experiment(job, "tensorflow", "resnet50")
     assert params["exp.replica_batch"] == 32 and params["exp.device_type"] == "cpu" and params["exp.gpus"] == ""
     assert dlbs.experimenter_model(job) is None
-    job.dlbs["path"] = str(tmp_path)
+    job.tool_settings["path"] = str(tmp_path)  # type: ignore[index]
     with pytest.raises(dlbs.DlbsError, match="dlbs.path .*not a DLBS checkout"):
         dlbs.experimenter_model(job)
     # Only where the experimenter script is: running it needs a real DLBS checkout (not on PyPI).

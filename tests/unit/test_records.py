@@ -20,8 +20,26 @@ def test_result_files_round_trip(path):
     # written before replicates: one launch, the default
     assert again.pop("replicate") == 1 and again["spec"].pop("replicate") == 1
     assert again["spec"].pop("warmup_share") == 1.0  # written before partial warm-ups: whole ones
-    assert again.pop("format_version") == 1  # written before format versions: version 1
+    assert again.pop("format_version") == 2  # written before format versions (1), written as this one
     assert again == document
+
+
+def test_a_record_of_format_1_reads_its_dlbs_fields_as_the_generic_ones():
+    """Format 1 named a job's tool settings and a repetition's tool output after the one tool with
+    them (``dlbs``); format 2 reads them under their generic names and writes those."""
+    document = json.loads(RECORDS[0].read_text())
+    settings = {"exp.num_batches": 2, "path": None}
+    output = {"backend": "ours", "log": "rep-0001/dlbs.log"}
+    old = {**document, "format_version": 1, "tool": "dlbs",
+           "spec": {**document["spec"], "tool": "dlbs", "dlbs": settings},
+           "runs": [{**rep, "dlbs": output} for rep in document["runs"]]}
+    result = JobResult.from_dict(old, "old.json")
+    assert result.spec.tool_settings == settings and all(rep.tool_output == output for rep in result.runs)
+    written = result.to_dict()
+    assert written["format_version"] == 2 and "dlbs" not in written["spec"] and "dlbs" not in written["runs"][0]
+    assert JobResult.from_dict(written) == result
+    with pytest.raises(RecordError, match="a run record with format_version 3"):
+        JobResult.from_dict({**old, "format_version": 3}, "new.json")
 
 
 def test_a_malformed_document_names_the_field():
@@ -47,9 +65,9 @@ def test_a_malformed_document_names_the_field():
 def test_the_harness_job_is_the_spec_with_the_run_id_and_unset_optionals_left_out():
     spec = JobResult.read(RECORDS[0]).spec
     job = HarnessJob.of(spec, dataset_dir="/data/ic", run_id="1-abc")
-    assert job.scenario_name == spec.scenario.name and job.dlbs is None
+    assert job.scenario_name == spec.scenario.name and job.tool_settings is None
     document = job.to_dict()
-    assert "dlbs" not in document and document["scenario"] == spec.scenario.to_dict()
+    assert "tool_settings" not in document and document["scenario"] == spec.scenario.to_dict()
     assert HarnessJob.from_dict(document) == job
 
 
@@ -60,4 +78,4 @@ def test_a_repetition_rate_comes_from_its_samples_and_time():
     rep = Repetition.measured(repetition=0, e2e_s=2.0, phases={"infer_s": 2.0}, samples=10, batches=1,
                               observed={}, threads={}, quality={}, started=now, finished=now)
     assert rep.samples_per_s == 5.0 and rep.started_utc == now.isoformat()
-    assert "loadgen" not in rep.to_dict() and "dlbs" not in rep.to_dict()
+    assert "loadgen" not in rep.to_dict() and "tool_output" not in rep.to_dict()

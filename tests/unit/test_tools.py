@@ -17,7 +17,7 @@ import yaml
 from conftest import REPO, StubModel, source_strings
 from dlvirt.apps import KINDS as APP_KINDS
 from dlvirt.core.errors import ConfigError
-from dlvirt.core.records import HarnessJob
+from dlvirt.core.records import HarnessJob, JobSpec, Repetition
 from dlvirt.core.scenario import Scenario
 from dlvirt.plan.estimate import samples_per_repetition
 from dlvirt.plan.planner import TOOLS, Job
@@ -47,9 +47,13 @@ def test_the_registry_is_the_schema_and_the_plan():
 
 def test_no_other_module_or_rule_names_a_tool():
     files = [*sorted((REPO / "src").rglob("*.py")), *sorted((REPO / "workflow").rglob("*.smk")), REPO / "Snakefile"]
+    # the records' old field names (Record.renamed), read from documents written before: history, not a tool named
+    old_fields = {(REPO / "src/dlvirt/core/records.py", old) for cls in (JobSpec, HarnessJob, Repetition)
+                  for old in cls.renamed}
     wrong = [f"{path.relative_to(REPO)}:{line}: {text!r}"
              for path in files if not path.relative_to(REPO).as_posix().startswith(MAY_NAME)
-             for line, text in source_strings(path) if set(CLASSES) & set(re.findall(r"\w+", text))]
+             for line, text in source_strings(path)
+             if set(CLASSES) & set(re.findall(r"\w+", text)) and (path, text) not in old_fields]
     assert not wrong, "\n".join(wrong)
     # no branch on a tool's name or on a DLBS experimenter: the tool answers
     comparisons = [f"{path.relative_to(REPO)}:{n}: {line.strip()}" for path in files
@@ -92,7 +96,7 @@ def test_a_job_carries_its_tools_section_and_who_holds_the_model(tmp_path):
 
     job = HarnessJob(tool="dlbs", app="ic", scenario=Scenario.parse("BM/1/VNL/CPU"), scenario_name="BM/1/VNL/CPU",
                      repetitions=1, warmup_repetitions=0, threads="granted", batch_size=8, loadgen={},
-                     app_settings={}, dataset_dir="ic", run_id="1-test", dlbs=settings)
+                     app_settings={}, dataset_dir="ic", run_id="1-test", tool_settings=settings)
     app = object()
     assert mlperf.model_host(app, job) is app  # type: ignore[arg-type]
     assert dlbs.model_host(app, job) is app  # type: ignore[arg-type]
@@ -103,7 +107,7 @@ def test_a_job_carries_its_tools_section_and_who_holds_the_model(tmp_path):
     class FakeApp:
         framework = "tensorflow"
 
-    host = dlbs.model_host(FakeApp(), dataclasses.replace(job, dlbs=checkout))  # type: ignore[arg-type]
+    host = dlbs.model_host(FakeApp(), dataclasses.replace(job, tool_settings=checkout))  # type: ignore[arg-type]
     assert not host.in_process and host.gpu_state() == {} and host.framework_threads() == {}
     assert host.model_provenance()["model"] == "resnet50"
 

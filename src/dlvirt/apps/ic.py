@@ -327,7 +327,7 @@ BACKENDS: dict[str, type[ModelBackend]] = {
 
 class ImageClassification(App):
     kind = AppKind(name="ic", title="Image classification", model="ResNet50", framework="tensorflow",
-                   dataset="ImageNet 2012 validation", order=0, dlbs_model="resnet50")
+                   dataset="ImageNet 2012 validation", order=0)
     dataset_index = VAL_MAP
     weights_keys = ("seed", "framework")
 

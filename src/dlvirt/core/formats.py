@@ -4,8 +4,8 @@ Every document carries ``format_version`` (a JSON document: a top-level key; a C
 reader accepts the version this code writes; a document without one was written before versions
 were recorded and is read as version 1 where that is the format it still is (``VERSIONS``'s
 ``since``). Any other version is refused with a message naming the file, instead of guessing.
-Changing a document's format: bump its version here (and set its ``since`` if older documents can
-no longer be read).
+Changing a document's format: bump its version here; where this code still reads the older versions
+(a record's renamed fields, ``Record.renamed``), set its ``oldest``.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ Document = Literal["run record", "harness output", "harness job", "plan", "host 
 class Format:
     version: int      # the version this code writes and reads
     unversioned: bool  # a document without format_version is this format (written before versions were)
+    oldest: int | None = None  # the oldest version this code still reads (None: ``version`` only)
 
 
 VERSIONS: dict[str, Format] = {
-    "run record": Format(1, True),
-    "harness output": Format(1, True),
-    "harness job": Format(1, True),
+    # run record, harness output: 2 spec.tool_settings and a repetition's tool_output (1: named dlbs, still read)
+    "run record": Format(2, True, oldest=1),
+    "harness output": Format(2, True, oldest=1),
+    "harness job": Format(2, True, oldest=1),  # 2: tool_settings (1: dlbs)
     # plan: 2 structured left-out entries (1, unversioned: [what, why] prose pairs); 3 node_kind
     "plan": Format(3, False),
     "host facts": Format(1, True),
@@ -66,7 +68,7 @@ def check(document: Document, found: Any, where: str) -> None:
     fmt = VERSIONS[document]
     if found is None and fmt.unversioned:
         return
-    if found == fmt.version and not isinstance(found, bool):
+    if isinstance(found, int) and not isinstance(found, bool) and (fmt.oldest or fmt.version) <= found <= fmt.version:
         return
     what = "no format_version" if found is None else f"format_version {found!r}"
     raise FormatError(f"{where}: a {document} with {what}; this dlvirt reads {document} format "

@@ -53,7 +53,6 @@ class AppKind:
     order: int                    # its place in figures and tables (lowest first)
     processors: tuple[str, ...] = ("CPU", "GPU")
     why_no_gpu: str = ""          # why it cannot use a GPU, where "GPU" is not in processors
-    dlbs_model: str | None = None  # DLBS's exp.model id, where DLBS's benchmark scripts implement the model
     check: bool = False           # a plumbing check, not a DL application: only where a study asks for it
 
     @property

@@ -1,6 +1,6 @@
 """The documents a benchmark job passes along, as typed records.
 
-spec (the workflow's ``benchmark_spec``) → ``JobSpec`` → the runner makes the ``HarnessJob``
+spec (``dlvirt.plan.jobspec.job_spec``) → ``JobSpec`` → the runner makes the ``HarnessJob``
 (``job.json``, read inside the platform) → the harness writes a ``HarnessOutput`` (``harness.json``)
 of ``Repetition`` records → the runner, after verifying, publishes the ``JobResult``
 (``results/runs/...json``) that the summary reads.
@@ -105,6 +105,8 @@ class Record:
     # a record written as a file of its own names its document (dlvirt.core.formats): the file then
     # carries format_version, and reading one of another version is refused
     document: ClassVar[formats.Document | None] = None
+    # fields renamed since: their old name -> the new one, read from documents written before
+    renamed: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def _types(cls) -> dict[str, Any]:
@@ -128,6 +130,7 @@ class Record:
                 data = formats.checked(cls.document, data, where)
             except formats.FormatError as err:
                 raise RecordError(str(err)) from None
+        data = {cls.renamed.get(key, key): value for key, value in data.items()}
         hints = cls._types()
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
@@ -155,7 +158,9 @@ class Record:
 
 @dataclass(frozen=True)
 class JobSpec(Record):
-    """What the workflow asks of one job (``benchmark_spec`` in workflow/rules/common.smk)."""
+    """What the workflow asks of one job (``dlvirt.plan.jobspec.job_spec``)."""
+
+    renamed: ClassVar[dict[str, str]] = {"dlbs": "tool_settings"}  # run record format 1
 
     tool: str
     app: str
@@ -170,7 +175,8 @@ class JobSpec(Record):
     dataset_dir: str
     platform_settings: dict[str, Any]
     allow_emulation: bool
-    dlbs: dict[str, Any] | None = None  # the dlbs section, in dlbs jobs' specs only
+    # its tool's own config section, merged for its app (Tool.job_settings); None: the tool has none
+    tool_settings: dict[str, Any] | None = None
     replicate: int = 1                  # the launch's round in the study's interleaved order
     pipeline: Pipeline | None = None  # harness.pipeline: overlapped | sequential (None: the plan's choice)
     # steadiness (run.repetitions.steady), reported only: do the first two counted repetitions agree
@@ -199,6 +205,7 @@ class HarnessJob(Record):
     the platform sees them."""
 
     document: ClassVar[formats.Document | None] = "harness job"
+    renamed: ClassVar[dict[str, str]] = {"dlbs": "tool_settings"}  # harness job format 1
 
     tool: str
     app: str
@@ -212,7 +219,7 @@ class HarnessJob(Record):
     app_settings: dict[str, Any]
     dataset_dir: str
     run_id: str
-    dlbs: dict[str, Any] | None = None
+    tool_settings: dict[str, Any] | None = None  # JobSpec.tool_settings
     pipeline: Pipeline | None = None
     warmup_tolerance: float | None = None
     warmup_share: float = 1.0
@@ -228,7 +235,8 @@ class HarnessJob(Record):
         return cls(tool=spec.tool, app=spec.app, scenario=spec.scenario, scenario_name=spec.scenario.name,
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
-                   app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id, dlbs=spec.dlbs,
+                   app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id,
+                   tool_settings=spec.tool_settings,
                    pipeline=spec.pipeline, warmup_tolerance=spec.warmup_tolerance,
                    warmup_share=spec.warmup_share, weights=weights, turns=spec.turns,
                    platform_owns_visible=platform_owns_visible)
@@ -237,6 +245,8 @@ class HarnessJob(Record):
 @dataclass(frozen=True)
 class Repetition(Record):
     """One measured (or warm-up) repetition, as the harness recorded it inside the platform."""
+
+    renamed: ClassVar[dict[str, str]] = {"dlbs": "tool_output"}  # run record, harness output format 1
 
     repetition: int
     e2e_s: float                    # E2E wall time (tool dlbs: the timed batches only)
@@ -253,7 +263,7 @@ class Repetition(Record):
     finished_utc: str
     warmup: bool = False
     loadgen: dict[str, Any] | None = None  # tool mlperf: LoadGen's verdict and settings
-    dlbs: dict[str, Any] | None = None     # tool dlbs: the DLBS parameters and results
+    tool_output: dict[str, Any] | None = None  # a tool's own parameters and results (dlbs: DLBS's, its log)
     gpu: dict[str, Any] | None = None      # GPU scenarios: devices, framework state, sampled use (system.gpu)
     telemetry: dict[str, Any] | None = None  # CFS throttling, steal, context switches (system.observe)
 
@@ -261,12 +271,12 @@ class Repetition(Record):
     def measured(cls, repetition: int, e2e_s: float, phases: dict[str, float | None], samples: int, batches: int,
                  observed: dict[str, Any], threads: dict[str, Any], quality: dict[str, Any],
                  started: datetime, finished: datetime, *, loadgen: dict[str, Any] | None = None,
-                 dlbs: dict[str, Any] | None = None) -> Repetition:
+                 tool_output: dict[str, Any] | None = None) -> Repetition:
         """The record of one repetition of either tool (its rate derived from ``samples`` and ``e2e_s``)."""
         return cls(repetition=repetition, e2e_s=e2e_s, phases=phases, samples=samples, batches=batches,
                    samples_per_s=samples / e2e_s if e2e_s > 0 else None, observed=observed, threads=threads,
                    quality=quality, started_utc=started.isoformat(), finished_utc=finished.isoformat(),
-                   loadgen=loadgen, dlbs=dlbs)
+                   loadgen=loadgen, tool_output=tool_output)
 
 
 @dataclass(frozen=True)

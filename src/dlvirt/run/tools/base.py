@@ -21,6 +21,10 @@ from dlvirt.core.kinds import ToolKind
 from dlvirt.core.records import HarnessJob, Repetition
 
 
+class ToolError(RuntimeError):
+    """A tool could not time a job (each tool's own errors subclass it: the CLI's exit status knows them)."""
+
+
 class ModelHost(Protocol):
     """Who holds the model during a launch: the app itself (in the harness's process, ``in_process``),
     or a stand-in for a tool that runs the model in a process of its own (nothing to load or ask)."""

@@ -13,8 +13,8 @@ Each repetition also writes ``dlbs.log`` in DLBS's log format, one ``__key__=jso
 DLBS's own log parser and reporter read our logs; ``parse_log`` reads that format back.
 
 DLBS itself is not on PyPI. If ``dlbs.path`` names a DLBS checkout, apps whose model DLBS's own
-benchmarks implement (``AppKind.dlbs_model``) are timed by its experimenter instead, with the same
-``exp.*`` parameters, and its log is parsed; the other apps use ours.
+benchmarks implement (``EXPERIMENTER_MODELS``, by ``AppKind.model``) are timed by its experimenter
+instead, with the same ``exp.*`` parameters, and its log is parsed; the other apps use ours.
 """
 
 from __future__ import annotations
@@ -37,15 +37,18 @@ from dlvirt.apps.base import App
 from dlvirt.core.kinds import ToolKind
 from dlvirt.core.records import HarnessJob, Repetition
 from dlvirt.run.repetitions import warmup_workload
-from dlvirt.run.tools.base import ModelHost, OutsideModel, PathCheck, Tool
+from dlvirt.run.tools.base import ModelHost, OutsideModel, PathCheck, Tool, ToolError
 from dlvirt.system import observe
 
 LOG_NAME = "dlbs.log"
 # DLBS's key-value line: leading blanks, __key__, optional blanks, '=', a JSON value.
 LOG_LINE = re.compile(r"[ \t]*__(.+?)__[ \t]*=(.+)")
+# The models DLBS's own benchmark scripts implement, by the model an app declares (AppKind.model): their
+# exp.model id, which a DLBS checkout's experimenter times (dlbs.path)
+EXPERIMENTER_MODELS = {"ResNet50": "resnet50"}
 
 
-class DlbsError(RuntimeError):
+class DlbsError(ToolError):
     pass
 
 
@@ -115,15 +118,15 @@ def experimenter_script(checkout: Path) -> Path:
 
 
 def dlbs_section(job: HarnessJob) -> dict[str, Any]:
-    if job.dlbs is None:
+    if job.tool_settings is None:
         raise DlbsError(f"job {job.run_id} ({job.tool} {job.app}) has no dlbs settings")
-    return job.dlbs
+    return job.tool_settings
 
 
 def brings_own_model(settings: dict[str, Any] | None, app: str) -> bool:
     """Whether a DLBS checkout's experimenter times ``app`` (``dlbs.path`` set, and DLBS implements
     the app's model), building its model itself: the job loads none."""
-    return bool((settings or {}).get("path")) and app_class(app).kind.dlbs_model is not None
+    return bool((settings or {}).get("path")) and app_class(app).kind.model in EXPERIMENTER_MODELS
 
 
 def experimenter_model(job: HarnessJob) -> str | None:
@@ -134,7 +137,7 @@ def experimenter_model(job: HarnessJob) -> str | None:
     if not experimenter_script(checkout).is_file():
         raise DlbsError(f"dlbs.path {checkout}: no python/dlbs/experimenter.py (not a DLBS checkout, "
                         f"or not visible inside the platform)")
-    return app_class(job.app).kind.dlbs_model
+    return EXPERIMENTER_MODELS[app_class(job.app).kind.model]
 
 
 def experimenter_provenance(job: HarnessJob, framework: str) -> dict[str, Any]:
@@ -232,7 +235,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, share: fl
         samples=samples, batches=len(times_ms), observed=observed,
         threads=app.threads.to_dict(),  # the harness adds what the framework reports
         quality={}, started=started, finished=finished,
-        dlbs={"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
+        tool_output={"backend": backend, "log": f"{rep_dir.name}/{LOG_NAME}", **params,
               **{k: summary[k] for k in ("results.time", "results.time_std", "results.throughput")}})
 
 
