@@ -73,19 +73,12 @@ def app_settings(app: str, ic_framework: str) -> dict[str, Any]:
     return settings
 
 
-def dlbs_settings() -> dict[str, Any]:
-    """The config's ``dlbs`` section as the schema fills it in."""
-    schema = yaml.safe_load(SCHEMA.read_text())
-    return defaults(schema["properties"]["dlbs"], schema)
-
-
 def run(app: str, settings: dict[str, Any], dataset: Path, work: Path, cores: int, processor: str,
         reps: int, launches: int, tool: str) -> dict[str, Any]:
     """``launches`` launches (fresh processes) of one job; the launch is the statistical unit."""
     results = []
     for launch in range(launches):
-        spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps, tool=tool,
-                        dlbs=dlbs_settings() if tool == "dlbs" else None)
+        spec = job_spec(app, settings, dataset, f"BM/{cores}/PIN/{processor}", reps, tool=tool)
         out = work / f"{tool}-{app}-{processor}-{launch}"
         results.append(run_job(spec, out / "run.json", out / "loadgen"))
     return summarise_launches(results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import dataclasses
 import itertools
 import multiprocessing
 import os
@@ -19,6 +20,9 @@ import yaml
 from dlvirt.apps import app_class
 from dlvirt.core.memory import parse_mib
 from dlvirt.core.records import JobSpec
+from dlvirt.core.scenario import Scenario
+from dlvirt.plan.jobspec import job_spec as build_job_spec
+from dlvirt.plan.planner import Job
 from dlvirt.run.tools import tool_class
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,21 +50,32 @@ def study_config(path: Path = STUDY_CONFIG) -> dict[str, Any]:
     return copy.deepcopy(config)
 
 
+def schema_config() -> dict[str, Any]:
+    """A config of the schema's defaults, as the workflow fills them in."""
+    from snakemake.utils import validate
+
+    config: dict[str, Any] = {}
+    validate(config, str(SCHEMA))
+    return config
+
+
 def job_spec(app: str, cfg: dict[str, Any], dataset: Path, scenario: str, reps: int | dict[str, Any], *,
              threads: str = "granted", pipeline: str | None = None, tool: str = "mlperf",
-             dlbs: dict[str, Any] | None = None, platform_settings: dict[str, Any] | None = None) -> JobSpec:
-    """One job of ``tool`` and ``app`` on ``scenario`` (``BM/2/PIN/CPU``), one warm-up before ``reps``,
-    with the default study.memory; a dlbs job takes the config's ``dlbs`` section as ``dlbs``."""
-    platform, cores, pinning, processor = scenario.split("/")
-    return JobSpec.from_dict({
-        "tool": tool, "app": app, "repetitions": reps, "warmup_repetitions": 1, "threads": threads,
-        "pipeline": pipeline, "timeout_s": 3600, "batch_size": cfg["batch_size"], "loadgen": cfg["loadgen"],
-        "app_settings": cfg, "dataset_dir": str(dataset),
-        # the tool's own section, merged for the app (only the dlbs tool has one: the config's dlbs)
-        "dlbs": tool_class(tool).job_settings({"dlbs": dlbs}, app) if dlbs is not None else None,
-        "platform_settings": {"memory_mib": MEMORY_MIB, **(platform_settings or {})},
-        "allow_emulation": False,
-        "scenario": {"platform": platform, "cores": int(cores), "pinning": pinning, "processor": processor}})
+             tool_section: dict[str, Any] | None = None, platform_settings: dict[str, Any] | None = None) -> JobSpec:
+    """One job of ``tool`` and ``app`` on ``scenario`` (``BM/2/PIN/CPU``) as the workflow builds it
+    (``dlvirt.plan.jobspec``) from the schema's defaults with ``cfg`` as the app's section and
+    ``tool_section`` as the tool's: one warm-up before ``reps``, the default study.memory, the dataset
+    the script generated, no weights resource (the app initialises its own), no rerun rule."""
+    config = schema_config()
+    config["apps"][app] = cfg
+    config["study"].update(repetitions=reps, warmup_repetitions=1)
+    config["harness"].update(threads=threads, pipeline=pipeline)
+    section = tool_class(tool).kind.section
+    if section and tool_section is not None:
+        config[section] = tool_section
+    spec = build_job_spec(config, Job(tool, app, Scenario.parse(scenario)))
+    return dataclasses.replace(spec, dataset_dir=str(dataset), weights_file=None, interference=None,
+                               platform_settings={"memory_mib": MEMORY_MIB, **(platform_settings or {})})
 
 
 class RawLoop:

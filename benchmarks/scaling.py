@@ -135,7 +135,7 @@ def launch_in_turns(app: str, tool: str, cores: int, config: dict, dataset: Path
     out = tmp / f"{tool}-{app}-{cores}"
     socket_path = tmp / f"turns-{tool}-{app}-{cores}"
     spec = dataclasses.replace(job_spec(app, settings, dataset, f"BM/{cores}/PIN/CPU", reps, tool=tool,
-                                        dlbs=config["dlbs"]), turns=str(socket_path))
+                                        tool_section=config["dlbs"]), turns=str(socket_path))
     passes: dict[int | None, float] = {}
     intra_op: list[int | None] = []  # the raw loop's framework threads, once it is built
     failed: list[BaseException] = []

@@ -1,7 +1,7 @@
 """Fixtures and helpers shared by both tiers (tests/unit, tests/integration): the real workflow in a
 private copy (so tests never touch the repository's own results/ and resources/ and can run side by
 side), daemons a test starts by hand, sysfs trees of servers this machine is not, the figure and
-report fixtures, the IC job spec of the platform tests and the apps' small synthetic datasets.
+report fixtures, job specs as the workflow builds them and the apps' small synthetic datasets.
 
 Tests import the helpers from here (``from conftest import ...``); no test imports another test.
 A stand-in that is a program of its own lives beside this file (fake_docker.py, a Docker engine)."""
@@ -424,7 +424,34 @@ def compare_study(folder: Path, scale: dict[str, float] | None = None, model: di
     return folder
 
 
-# -- the IC job of the platform tests (BM, CN, guests): a JobSpec for ``run_job`` ----------------
+# -- job specs as the workflow builds them (dlvirt.plan.jobspec.job_spec), for ``run_job`` and the CLI
+
+def schema_config() -> dict:
+    """A config of the schema's defaults, as the workflow fills them in."""
+    from snakemake.utils import validate
+
+    config: dict = {}
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return config
+
+
+def spec_document(app: str, dataset: Path, scenario: str = "BM/1/PIN/CPU", *, tool: str = "mlperf",
+                  app_settings: dict | None = None, **fields: Any) -> dict:
+    """The spec of a ``tool`` job of ``app`` on ``scenario`` as the workflow builds it from the schema's
+    defaults (``app_settings``: the app's section instead of its defaults), as a JSON object: reading
+    ``dataset``, loading no weights resource, never rerun for interference; ``fields`` replace its own."""
+    from dlvirt.core.scenario import Scenario
+    from dlvirt.plan.jobspec import job_spec
+    from dlvirt.plan.planner import Job
+
+    config = schema_config()
+    if app_settings is not None:
+        config["apps"][app] = app_settings
+    document = job_spec(config, Job(tool, app, Scenario.parse(scenario))).to_dict()
+    for key in ("weights_file", "interference"):
+        document.pop(key, None)
+    return {**document, "dataset_dir": str(dataset), **fields}
+
 
 IC_SETTINGS: dict[str, Any] = {
     "batch_size": 4, "seed": 0, "dataset": {"path": None, "count": 4, "seed": 0},
@@ -432,15 +459,13 @@ IC_SETTINGS: dict[str, Any] = {
     "loadgen": {"min_query_count": 4, "min_duration_ms": 0, "expected_qps": 1, "performance_sample_count": None}}
 
 
-def ic_job_spec(dataset: Path, cores: int, pinning: str, **extra: Any):
-    """An mlperf IC job on BM (``platform_settings``/``scenario`` in ``extra`` change that)."""
+def ic_job_spec(dataset: Path, cores: int, pinning: str, tool: str = "mlperf", **extra: Any):
+    """An IC job on BM, one repetition (``platform_settings``/``scenario`` in ``extra`` change that)."""
     from dlvirt.core.records import JobSpec
 
-    return JobSpec.from_dict({
-        "tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
-        "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"], "app_settings": IC_SETTINGS,
-        "dataset_dir": str(dataset), "platform_settings": {}, "allow_emulation": False,
-        "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra})
+    fields = {"repetitions": 1, "warmup_repetitions": 0, "timeout_s": 600, "platform_settings": {}, **extra}
+    return JobSpec.from_dict({**spec_document("ic", dataset, f"BM/{cores}/{pinning}/CPU", tool=tool,
+                                              app_settings=IC_SETTINGS), **fields})
 
 
 # -- the apps' small synthetic datasets, shared by the tests of an app's data (unit) and of its
@@ -534,12 +559,10 @@ NOOP_SETTINGS: dict[str, Any] = {
 
 def noop_job_spec(dataset: Path, weights: Path | None, cores: int = 1, pinning: str = "PIN", **extra: Any) -> dict:
     """A BM launch of the noop app as the workflow's benchmark rule writes it (a JSON object)."""
-    return {"tool": "mlperf", "app": "noop", "replicate": 1, "repetitions": 3, "warmup_repetitions": 1,
-            "threads": "granted", "timeout_s": 300, "batch_size": NOOP_SETTINGS["batch_size"],
-            "loadgen": NOOP_SETTINGS["loadgen"], "app_settings": NOOP_SETTINGS, "dataset_dir": str(dataset),
-            "weights_file": None if weights is None else str(weights), "platform_settings": {"placement": "compact"},
-            "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": pinning, "processor": "CPU"}, **extra}
+    fields = {"repetitions": 3, "warmup_repetitions": 1, "timeout_s": 300,
+              "weights_file": None if weights is None else str(weights), "platform_settings": {"placement": "compact"},
+              **extra}
+    return {**spec_document("noop", dataset, f"BM/{cores}/{pinning}/CPU", app_settings=NOOP_SETTINGS), **fields}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import daemon, free_port, port_open, smoke_config, snakemake, write_config
+from conftest import daemon, free_port, port_open, smoke_config, snakemake, spec_document, write_config
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.core.records import JobSpec
 from dlvirt.run.remote import COMPLETE, RemoteError, SshHost, run_job_remote
@@ -86,11 +86,8 @@ def ic_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def bench_spec(dataset: Path, cores: int, repetitions: int = 1) -> dict:
-    return {"tool": "mlperf", "app": "ic", "repetitions": repetitions, "warmup_repetitions": 0,
-            "threads": "granted", "timeout_s": 600, "batch_size": 4, "loadgen": IC_SETTINGS["loadgen"],
-            "app_settings": IC_SETTINGS, "dataset_dir": str(dataset), "platform_settings": {},
-            "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": cores, "pinning": "PIN", "processor": "CPU"}}
+    return spec_document("ic", dataset, f"BM/{cores}/PIN/CPU", app_settings=IC_SETTINGS, repetitions=repetitions,
+                         warmup_repetitions=0, timeout_s=600, platform_settings={})
 
 
 def test_trees_are_staged_once_and_verified(sshd: Sshd, ic_dataset: Path) -> None:

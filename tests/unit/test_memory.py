@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, interleaved_two_socket
+from conftest import REPO, interleaved_two_socket, spec_document
 from dlvirt.cli import EXIT_INPUT, main
 from dlvirt.core.errors import ConfigError
 from dlvirt.core.memory import parse_mib
@@ -157,10 +157,8 @@ def test_vmcn_container_limit_is_study_memory_inside_a_guest_of_memory_plus_over
 
 
 def _spec(tmp_path: Path, **platform_settings) -> dict:
-    return {"tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
-            "timeout_s": 60, "batch_size": 1, "loadgen": {}, "app_settings": {}, "dataset_dir": str(tmp_path),
-            "platform_settings": platform_settings, "allow_emulation": False,
-            "scenario": {"platform": "BM", "cores": 1, "pinning": "PIN", "processor": "CPU"}}
+    return spec_document("ic", tmp_path, repetitions=1, warmup_repetitions=0, timeout_s=60,
+                         platform_settings=platform_settings)
 
 
 def test_a_node_with_less_memory_than_study_memory_refuses_the_job(tmp_path, monkeypatch):

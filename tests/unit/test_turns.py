@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import spec_document
 from dlvirt.core.records import JobSpec
 from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.bm import BareMetal
@@ -76,11 +77,8 @@ def test_nobody_listening_is_an_error_naming_the_socket(tmp_path):
 
 
 def spec(tmp_path: Path, platform: str, turns: str | None) -> JobSpec:
-    return JobSpec.from_dict({
-        "tool": "mlperf", "app": "ic", "repetitions": 1, "warmup_repetitions": 0, "threads": "granted",
-        "timeout_s": 60, "batch_size": 1, "loadgen": {}, "app_settings": {}, "dataset_dir": str(tmp_path),
-        "platform_settings": {}, "allow_emulation": False, "turns": turns,
-        "scenario": {"platform": platform, "cores": 1, "pinning": "PIN", "processor": "CPU"}})
+    return JobSpec.from_dict(spec_document("ic", tmp_path, f"{platform}/1/PIN/CPU", repetitions=1,
+                                           warmup_repetitions=0, timeout_s=60, platform_settings={}, turns=turns))
 
 
 def test_only_bare_metal_takes_turns(tmp_path):

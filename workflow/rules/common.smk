@@ -20,9 +20,7 @@ from dlvirt.platforms.container_image import (
 )  # noqa: E402
 from dlvirt.core.atomic import write_json_atomic  # noqa: E402
 from dlvirt.core.kinds import CONTAINER_IMAGE  # noqa: E402
-from dlvirt.core.memory import parse_mib  # noqa: E402
 from dlvirt.platforms import KINDS as PLATFORM_KINDS, container_platform  # noqa: E402
-from dlvirt.run.tools import tool_class  # noqa: E402
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
@@ -35,6 +33,12 @@ from dlvirt.plan.planner import (  # noqa: E402
     plan_document,
     study_run_tools,
     warmups_for,
+)
+from dlvirt.plan.jobspec import (  # noqa: E402
+    WEIGHTS_FILE,
+    job_spec as benchmark_spec,
+    spec_param,
+    weights_file,
 )
 from dlvirt.plan.estimate import (
     estimate as estimate_jobs,
@@ -120,9 +124,7 @@ RUNS_DIR = "results/runs"
 RUN_FILE = f"{RUNS_DIR}/{{tool}}/{{app}}/{{platform}}/{{cores}}/{{pinning}}/{{processor}}/{{replicate}}.json"
 LOADGEN_DIR = "results/loadgen/{tool}/{app}/{platform}/{cores}/{pinning}/{processor}/{replicate}"
 SUMMARY_FILE = "results/summary/{tool}/{app}.csv"
-# The weights resource, built by the weights rule: an app's seeded random initialisation, per model settings
-# and seed (its weights_tag), in the framework's format (its weights_file_name), with .sha256 beside it.
-WEIGHTS_FILE = "resources/weights/{app}/{tag}/{weights_name}"
+# The weights resource (the weights rule's output) is WEIGHTS_FILE, from dlvirt.plan.jobspec.
 
 # The container image: rule cn_image writes the marker once the engine has it; jobs of the container
 # platform (CN) run CN_IMAGE (its section's image, else dlvirt's own build, named by the hash of its
@@ -229,25 +231,12 @@ def job_priority(wildcards):
 def job_spec(wildcards):
     """Everything a benchmark job needs, as one JSON shell word. Being a param, a change to any
     of it (app settings, repetitions, harness options) reruns exactly the jobs it concerns."""
-    return quoted_json(benchmark_spec(planned_job(wildcards)))
-
-
-def weights_file(job):
-    """The weights resource ``job`` loads; None where the config names weights (apps.<app>.weights.path,
-    loaded as configured) or a DLBS checkout's experimenter brings its own model."""
-    app = config["apps"][job.app]
-    if (app.get("weights") or {}).get("path"):
-        return None
-    tool = tool_class(job.tool)
-    if tool.brings_own_model(tool.job_settings(config, job.app), job.app):
-        return None
-    cls = app_class(job.app)
-    return WEIGHTS_FILE.format(app=job.app, tag=cls.weights_tag(app), weights_name=cls.weights_file_name(app))
+    return quoted_json(spec_param(benchmark_spec(config, planned_job(wildcards), CN_IMAGE)))
 
 
 def weights_input(wildcards):
     """A benchmark job's weights resource, if it loads one."""
-    path = weights_file(planned_job(wildcards))
+    path = weights_file(config, planned_job(wildcards))
     return [path] if path else []
 
 
@@ -256,53 +245,6 @@ def weights_settings(wildcards):
     settings do not rebuild it."""
     app = config["apps"][wildcards.app]
     return quoted_json({"dataset": app["dataset"], **app_class(wildcards.app).weights_settings(app)})
-
-
-def benchmark_spec(job):
-    """The runner's spec of ``job``, wherever it runs (this host, a cluster node, an edge host)."""
-    app = config["apps"][job.app]
-    # a job carries its tool's own section (merged for its app): changing it reruns only that tool's jobs
-    tool = tool_class(job.tool)
-    settings = tool.job_settings(config, job.app)
-    tool_settings = {tool.kind.section: settings} if tool.kind.section and settings is not None else {}
-    # only when asked: a spec is a param, and a new key in every spec would rerun every launch
-    away = config["keep_others_away"]
-    keep_away = {"keep_others_away": away} if away["enabled"] else {}
-    return {
-        **tool_settings,
-        **keep_away,
-        "tool": job.tool,
-        "app": job.app,
-        "scenario": job.scenario.to_dict(),
-        "replicate": job.replicate,
-        "repetitions": config["study"]["repetitions"],
-        "warmup_repetitions": warmups_for(config["study"], job.app, job.tool),
-        "warmup_tolerance": config["study"]["warmup_tolerance"],
-        "warmup_share": config["study"]["warmup_share"],
-        "interference": config["study"]["interference"],
-        "threads": config["harness"]["threads"],
-        "pipeline": config["harness"]["pipeline"],
-        "timeout_s": config["harness"]["timeout_s"],
-        "batch_size": app["batch_size"],
-        "loadgen": app["loadgen"],
-        "app_settings": app,
-        "dataset_dir": f"resources/datasets/{job.app}",
-        "weights_file": weights_file(job),
-        "platform_settings": platform_settings(job.scenario.platform),
-        "allow_emulation": config["allow_emulation"],
-    }
-
-
-def platform_settings(platform):
-    """The platform's config section with the placement policy of PIN scenarios and the study's
-    one memory size (``memory_mib``: study.memory in MiB); for CN with ``image`` set to the image
-    its jobs run."""
-    settings = {
-        **config["platforms"].get(platform, {}),
-        "placement": config["platforms"]["placement"],
-        "memory_mib": parse_mib(config["study"]["memory"]),
-    }
-    return {**settings, "image": CN_IMAGE} if platform == CN else settings
 
 
 def platform_images(wildcards):

@@ -53,7 +53,7 @@ def site_benchmark_inputs(wildcards):
     # rounds interleave on each site as on this host (previous_round in common.smk)
     replicate = int(wildcards.replicate)
     earlier = [ancient(SITE_ROUND_FILE.format(site=wildcards.site, replicate=replicate - 1))] if replicate > 1 else []
-    weights = weights_file(site_job(wildcards))
+    weights = weights_file(config, site_job(wildcards))
     return {
         "dataset": f"resources/datasets/{wildcards.app}",
         "weights": [weights] if weights else [],
@@ -68,7 +68,7 @@ def site_round_runs(wildcards):
 
 
 def site_job_spec(wildcards):
-    return quoted_json(benchmark_spec(site_job(wildcards)))
+    return quoted_json(spec_param(benchmark_spec(config, site_job(wildcards), CN_IMAGE)))
 
 
 def site_connection(wildcards):
