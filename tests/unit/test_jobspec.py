@@ -43,3 +43,12 @@ def test_the_param_writes_what_the_rule_always_wrote_and_optional_keys_only_when
     assert not {"tool_settings", "keep_others_away", "turns"} & set(param)
     config["keep_others_away"]["enabled"] = True
     assert spec_param(job_spec(config, job))["keep_others_away"]["enabled"] is True
+
+
+def test_the_weights_wildcard_is_every_name_an_app_declares():
+    from dlvirt.apps import CLASSES, weights_file_names
+
+    names = weights_file_names()
+    assert "model.pt" in names and len(names) == len(set(names))
+    for cls in CLASSES.values():
+        assert cls.weights_file_name({}) in names and set(cls.weights_file_names) <= set(names)

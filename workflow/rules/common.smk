@@ -1,6 +1,7 @@
 # Helpers shared by the rules: config validation, the study plan, paths and job specs.
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from dlvirt.apps import KINDS as APP_KINDS, app_class  # noqa: E402
+from dlvirt.apps import KINDS as APP_KINDS, app_class, weights_file_names  # noqa: E402
 from dlvirt.analysis.catalog import FIGURES as FIGURE_SPECS  # noqa: E402
 from dlvirt.platforms.container_image import (
     content_tag as cn_content_tag,
@@ -159,7 +160,7 @@ FIGURE_TITLES = {spec.id: spec.title for spec in FIGURE_SPECS}
 wildcard_constraints:
     tool="|".join(sorted(RUN_TOOLS, key=len, reverse=True)),
     app="|".join(APP_KINDS),
-    weights_name=r"model\.pt|model\.weights\.h5|model\.npz",
+    weights_name="|".join(re.escape(name) for name in weights_file_names()),
     tag=r"[^/]+",
     platform="|".join(PLATFORM_KINDS),
     cores=r"\d+",

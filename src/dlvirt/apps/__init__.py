@@ -23,3 +23,8 @@ KINDS: dict[str, AppKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
 def app_class(name: str) -> type[App]:
     return look_up(CLASSES, name, "app")
+
+
+def weights_file_names() -> list[str]:
+    """Every file name an app's weights resource may have, from the apps' declarations."""
+    return sorted({name for cls in CLASSES.values() for name in cls.weights_file_names})

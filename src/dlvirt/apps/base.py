@@ -203,6 +203,8 @@ class App(ABC):
     dataset_index: ClassVar[str]  # the file a real dataset folder holds (apps.<app>.dataset.path)
     dataset_may_be_file: ClassVar[bool] = False  # dataset.path may also name that file itself
     weights_keys: ClassVar[tuple[str, ...]] = ("seed",)  # the settings its random initialisation depends on
+    # every name weights_file_name may give (the weights rule's wildcard: dlvirt.apps.weights_file_names)
+    weights_file_names: ClassVar[tuple[str, ...]] = ("model.pt",)
     # Pre-processing made of the framework's own ops (SR's features): the framework spreads them over
     # its intra-op threads, so where the stages alternate the harness runs them on the inference
     # thread. On N worker threads each would open a framework thread pool of its own: more runnable

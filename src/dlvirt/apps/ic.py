@@ -330,6 +330,7 @@ class ImageClassification(App):
                    dataset="ImageNet 2012 validation", order=0)
     dataset_index = VAL_MAP
     weights_keys = ("seed", "framework")
+    weights_file_names = tuple(backend.weights_file for backend in BACKENDS.values())
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:

@@ -120,9 +120,11 @@ class NoopApp(App):
     def import_framework(self) -> None:
         """NumPy is imported already: there is no framework to start."""
 
+    weights_file_names = ("model.npz",)
+
     @classmethod
     def weights_file_name(cls, settings: dict[str, Any]) -> str:
-        return "model.npz"
+        return cls.weights_file_names[0]
 
     def load_model(self) -> None:
         self.weights_path = checked_weights(self.settings)
