@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from dlvirt.apps import KINDS as APP_KINDS
 from dlvirt.apps import app_class
 from dlvirt.apps.base import App
+from dlvirt.core.errors import ConfigError
 from dlvirt.core.kinds import ToolKind
 from dlvirt.core.records import HarnessJob, Repetition
 from dlvirt.run.repetitions import warmup_workload
@@ -272,7 +274,11 @@ class Dlbs(Tool):
 
     @classmethod
     def check_config(cls, config: dict[str, Any], check_path: PathCheck) -> None:
-        check_path((config.get("dlbs") or {}).get("path"), "dlbs.path", "dir")
+        section = config.get("dlbs") or {}
+        check_path(section.get("path"), "dlbs.path", "dir")
+        unknown = sorted(set(section.get("apps") or {}) - set(APP_KINDS))
+        if unknown:
+            raise ConfigError(f"dlbs.apps.{unknown[0]}: no such app (apps: {', '.join(APP_KINDS)})")
 
     @classmethod
     def model_host(cls, app: App, job: HarnessJob) -> ModelHost:
