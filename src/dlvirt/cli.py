@@ -86,9 +86,10 @@ def _message(err: Exception) -> str:
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
+    from dlvirt.apps import job_packages
     from dlvirt.system.hostinfo import write_facts
 
-    write_facts(Path(args.output))
+    write_facts(Path(args.output), job_packages())
     return 0
 
 

@@ -85,3 +85,22 @@ def test_analysis_imports_no_platform_or_app_module():
     modules = _imported_after("import dlvirt.analysis.figures, dlvirt.analysis.report, dlvirt.analysis.tables, "
                               "dlvirt.analysis.claims, dlvirt.analysis.aggregate")
     assert not [m for m in modules if m.startswith(("dlvirt.platforms", "dlvirt.apps", "dlvirt.plan.planner"))]
+
+
+def test_package_lists_derive_from_the_apps_declarations(monkeypatch):
+    from dlvirt.apps import job_packages
+    from dlvirt.platforms.guestimage import HARNESS_DISTRIBUTIONS, JOB_DISTRIBUTIONS
+    from dlvirt.system import hostinfo
+
+    declared = [name for kind in APP_KINDS.values() for name in (*kind.framework_packages, *kind.packages)]
+    assert set(job_packages()) == set(declared) and len(job_packages()) == len(set(declared))
+    assert set(JOB_DISTRIBUTIONS) == {*HARNESS_DISTRIBUTIONS, *declared}
+    # the tables' framework column reads them from plan.json (analysis imports no app module)
+    frameworks = dict.fromkeys(name for kind in APP_KINDS.values() for name in kind.framework_packages)
+    assert kinds().framework_packages == list(frameworks)
+    # an environment setup.sh did not make: its stack is read from the declared packages' builds
+    monkeypatch.setattr(hostinfo.sys, "prefix", "/nonexistent")
+    monkeypatch.setattr(hostinfo, "package_versions", lambda names: dict.fromkeys(names, "2.0+cpu"))
+    assert hostinfo.python_stack(["torch"])["stack"] == "cpu"
+    monkeypatch.setattr(hostinfo, "package_versions", lambda names: dict.fromkeys(names, "2.0"))
+    assert hostinfo.python_stack(["torch"])["stack"] == "gpu"

@@ -93,6 +93,7 @@ def platform_table(records: list[dict[str, Any]], host: dict[str, Any], plan: Pl
         key = (_site(record), record["scenario"]["platform"], str(record["platform"].get("accel", "none")))
         groups.setdefault(key, []).append(record)
     rank = {p: i for i, p in enumerate(plan.kinds.platform_order)}
+    frameworks = plan.kinds.framework_packages  # as the apps declare them
     rows = []
     for (site, platform, accel), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank[kv[0][1]], kv[0][2])):
         described = [r["platform"] for r in mine]
@@ -111,7 +112,7 @@ def platform_table(records: list[dict[str, Any]], host: dict[str, Any], plan: Pl
             "cpu_mechanisms": _joined(d.get("cpu_mechanism") for d in described),
             "processors": _joined(r["scenario"]["processor"] for r in mine),
             "cores": ", ".join(str(c) for c in sorted({int(r["scenario"]["cores"]) for r in mine})),
-            "frameworks": _joined(f"{name} {r['versions'][name]}" for r in mine for name in ("tensorflow", "torch")
+            "frameworks": _joined(f"{name} {r['versions'][name]}" for r in mine for name in frameworks
                                   if name in r.get("versions", {})),
             "python": _joined(r.get("versions", {}).get("python") for r in mine),
             "jobs": len(mine),

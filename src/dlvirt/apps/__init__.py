@@ -25,6 +25,13 @@ def app_class(name: str) -> type[App]:
     return look_up(CLASSES, name, "app")
 
 
+def job_packages() -> list[str]:
+    """Every Python distribution an app's jobs import beyond the harness's (AppKind.framework_packages,
+    then packages), in app order."""
+    return list(dict.fromkeys(name for cls in CLASSES.values()
+                              for name in (*cls.kind.framework_packages, *cls.kind.packages)))
+
+
 def weights_file_names() -> list[str]:
     """Every file name an app's weights resource may have, from the apps' declarations."""
     return sorted({name for cls in CLASSES.values() for name in cls.weights_file_names})

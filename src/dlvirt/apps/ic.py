@@ -327,7 +327,8 @@ BACKENDS: dict[str, type[ModelBackend]] = {
 
 class ImageClassification(App):
     kind = AppKind(name="ic", title="Image classification", model="ResNet50", framework="tensorflow",
-                   dataset="ImageNet 2012 validation", order=0)
+                   dataset="ImageNet 2012 validation", order=0,
+                   framework_packages=("tensorflow", "torch"), packages=("tensorflow-cpu", "pillow"))
     dataset_index = VAL_MAP
     weights_keys = ("seed", "framework")
     weights_file_names = tuple(backend.weights_file for backend in BACKENDS.values())

@@ -91,8 +91,8 @@ def squad_file(root: Path) -> Path:
 
 class QuestionAnswering(torch_runtime.TorchModelApp):
     kind = AppKind(name="nlp", title="Question answering", model="BERT-large", framework="pytorch",
-                   dataset="SQuAD v1.1 dev", order=2)
-    torch_packages = ("torch", "transformers", "tokenizers")
+                   dataset="SQuAD v1.1 dev", order=2, framework_packages=("torch",),
+                   packages=("transformers", "tokenizers"))
     dataset_index = squad.SQUAD_DEV_FILE
     weights_keys = ("seed", "architecture", "vocab")
     dataset_may_be_file = True

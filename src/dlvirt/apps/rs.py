@@ -319,7 +319,7 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
 
 class Recommendation(torch_runtime.TorchModelApp):
     kind = AppKind(name="rs", title="Recommendation", model="DLRM", framework="pytorch",
-                   dataset="Criteo Kaggle Display Advertising Challenge", order=3)
+                   dataset="Criteo Kaggle Display Advertising Challenge", order=3, framework_packages=("torch",))
     dataset_index = DATA_FILE
     weights_keys = ("seed", "max_rows_per_table")
     dataset_may_be_file = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from dlvirt.apps.base import App, AppError, ThreadPlan
 from dlvirt.system import pagecache
@@ -160,7 +160,6 @@ class TorchModelApp(App):
     """An app whose model is one torch module (``self.model``): what it reports of PyTorch."""
 
     model: Any
-    torch_packages: ClassVar[tuple[str, ...]] = ("torch",)  # the packages its framework_versions name
 
     def import_framework(self) -> None:
         import torch  # noqa: F401
@@ -181,4 +180,4 @@ class TorchModelApp(App):
         return reported_threads()
 
     def framework_versions(self) -> dict[str, str]:
-        return package_versions(self.torch_packages)
+        return package_versions((*self.kind.framework_packages, *self.kind.packages))

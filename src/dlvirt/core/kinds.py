@@ -53,6 +53,11 @@ class AppKind:
     order: int                    # its place in figures and tables (lowest first)
     processors: tuple[str, ...] = ("CPU", "GPU")
     why_no_gpu: str = ""          # why it cannot use a GPU, where "GPU" is not in processors
+    # the Python distributions its jobs import beyond the harness's: its framework's (whose versions the
+    # tables report), then the others (pre-processing, tokenizers, a CPU build); guest images install
+    # them, run records and host facts report their versions (dlvirt.apps.job_packages)
+    framework_packages: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
     check: bool = False           # a plumbing check, not a DL application: only where a study asks for it
 
     @property
@@ -67,6 +72,8 @@ class AppKind:
     def display(self) -> dict[str, Any]:
         facts = asdict(self)
         facts["processors"] = list(self.processors)
+        facts["framework_packages"] = list(self.framework_packages)
+        facts["packages"] = list(self.packages)
         return facts
 
 
@@ -129,6 +136,11 @@ class Kinds:
 
     def colour(self, platform: str) -> int:
         return int(next(p["colour"] for p in self.platforms if p["name"] == platform))
+
+    @property
+    def framework_packages(self) -> list[str]:
+        """The apps' framework distributions, in app order (none in plans written before they were declared)."""
+        return list(dict.fromkeys(name for a in self.apps for name in a.get("framework_packages", [])))
 
     def app(self, name: str) -> dict[str, Any]:
         return next(a for a in self.apps if a["name"] == name)

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlvirt.apps import job_packages
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.codeversion import SOURCE_SUFFIXES
 from dlvirt.system import benchlock, docker_engine
@@ -60,7 +61,7 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def host_stack() -> str:
-    return str(python_stack()["stack"])
+    return str(python_stack(job_packages())["stack"])
 
 
 def host_lock() -> str:

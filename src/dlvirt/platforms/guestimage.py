@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dlvirt.apps import job_packages
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.owner import process_tag
 
@@ -131,12 +132,12 @@ class ImageError(RuntimeError):
     pass
 
 
-# What a job imports inside a guest, by distribution name: the harness (numpy, SciPy, LoadGen), the
-# apps' frameworks and pre-processing (TensorFlow, torch, Pillow, transformers, tokenizers) and the
-# GPU stack's NVML bindings. Everything else of the lock (Snakemake, pandas, matplotlib, Jupyter,
+# What a job imports inside a guest, by distribution name: the harness (numpy, SciPy, LoadGen), the GPU
+# stack's NVML bindings and the apps' frameworks and pre-processing, as each app declares them
+# (dlvirt.apps.job_packages). Everything else of the lock (Snakemake, pandas, matplotlib, Jupyter,
 # the Docker and libvirt SDKs, pytest, mypy, ruff ...) runs on the host only.
-JOB_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "torch", "mlcommons-loadgen", "numpy", "scipy", "pillow",
-                     "transformers", "tokenizers", "nvidia-ml-py")
+HARNESS_DISTRIBUTIONS = ("mlcommons-loadgen", "numpy", "scipy", "nvidia-ml-py")
+JOB_DISTRIBUTIONS = (*HARNESS_DISTRIBUTIONS, *job_packages())
 REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._ -]+\])?")
 
 

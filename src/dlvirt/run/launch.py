@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from dlvirt.apps import app_class
+from dlvirt.apps import app_class, job_packages
 from dlvirt.core.codeversion import code_version
 from dlvirt.core.records import HarnessJob, HarnessOutput, Repetition
 from dlvirt.run.harness import check_framework_threads, plan_threads
@@ -22,7 +22,7 @@ from dlvirt.run.repetitions import precision, steady, stop_reason
 from dlvirt.run.tools import tool_class
 from dlvirt.run.turns import Turns
 from dlvirt.system import gpu, observe
-from dlvirt.system.hostinfo import package_versions, python_stack
+from dlvirt.system.hostinfo import STACK_PACKAGES, package_versions, python_stack
 from dlvirt.system.pagecache import Prefetch
 
 
@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                      "steady": steady([r.e2e_s for r in runs], job.warmup_tolerance)},
         model_load_s=load_s, timeline=timeline, dataset=app.dataset_info,
         model={**host.model_provenance(), "load": load},
-        versions={"python": sys.version.split()[0], **package_versions(), **app.framework_versions()},
-        stack=python_stack(), code=code_version(),
+        versions={"python": sys.version.split()[0], **package_versions((*job_packages(), *STACK_PACKAGES)),
+                  **app.framework_versions()},
+        stack=python_stack(job_packages()), code=code_version(),
     ).write(out_dir / "harness.json")
     return 0
 

@@ -285,7 +285,8 @@ def _unpack_member(archive: tarfile.TarFile, info: tarfile.TarInfo, parts: list[
 def remote_facts(host: SshHost) -> dict[str, Any]:
     """The remote machine's host facts, measured there by the same code that writes results/host.json."""
     code = host.stage_code()
-    probe = "import json, sys; from dlvirt.system.hostinfo import facts; json.dump(facts(), sys.stdout)"
+    probe = ("import json, sys; from dlvirt.apps import job_packages; from dlvirt.system.hostinfo import facts; "
+             "json.dump(facts(job_packages()), sys.stdout)")
     facts: dict[str, Any] = json.loads(host.run(host.python_command(code, f"-c {shlex.quote(probe)}")))
     facts["site"] = host.describe()
     return facts

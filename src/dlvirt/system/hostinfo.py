@@ -12,6 +12,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
@@ -105,8 +106,13 @@ def memory_bytes() -> int:
     return observe.mem_total_bytes()
 
 
-def package_versions(names: tuple[str, ...] = ("tensorflow-cpu", "tensorflow", "torch", "mlcommons-loadgen",
-                                               "numpy", "transformers", "snakemake", "docker")) -> dict[str, str]:
+# The packages of the stack itself whose versions host facts and run records report, beside the apps'
+# (AppKind.framework_packages and packages: dlvirt.apps.job_packages, which the callers that know the apps pass).
+STACK_PACKAGES = ("mlcommons-loadgen", "numpy", "snakemake", "docker")
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """The installed versions of the distributions ``names`` (those not installed left out)."""
     versions = {}
     for name in names:
         try:
@@ -121,22 +127,22 @@ STACK_FILE = "dlvirt-stack.json"
 STACKS = ("cpu", "gpu")
 
 
-def python_stack() -> dict[str, Any]:
+def python_stack(app_packages: Iterable[str]) -> dict[str, Any]:
     """Which locked stack this Python environment runs (``cpu`` or ``gpu``), as its installer
-    recorded it with the reason for the choice; else inferred from the TensorFlow and torch builds
-    installed (an environment not made by setup.sh)."""
+    recorded it with the reason for the choice; else inferred from the builds of ``app_packages``
+    installed (an environment not made by setup.sh): a CPU build is a ``-cpu`` distribution
+    (tensorflow-cpu) or a ``+cpu`` local version (torch's)."""
     try:
         recorded = json.loads((Path(sys.prefix) / STACK_FILE).read_text())
     except (OSError, ValueError):
         recorded = None
     if isinstance(recorded, dict) and recorded.get("stack") in STACKS:
         return recorded
-    found = package_versions()
-    cpu_build = "tensorflow-cpu" in found or found.get("torch", "").endswith("+cpu")
+    found = package_versions(app_packages)
+    cpu_build = any(name.endswith("-cpu") or version.endswith("+cpu") for name, version in found.items())
     return {"stack": "cpu" if cpu_build else "gpu",
             "reason": f"not recorded in {Path(sys.prefix) / STACK_FILE}; inferred from the installed builds "
-                      "(" + ", ".join(f"{k} {v}" for k, v in found.items()
-                                      if k in ("tensorflow-cpu", "tensorflow", "torch")) + ")"}
+                      "(" + ", ".join(f"{k} {v}" for k, v in found.items()) + ")"}
 
 
 def node_identity() -> dict[str, Any]:
@@ -190,7 +196,9 @@ def cpu_frequency(root: Path = Path("/sys/devices/system/cpu")) -> dict[str, Any
             "boost": boost, "max_khz": _read(policy / "cpuinfo_max_freq")}
 
 
-def facts() -> dict[str, Any]:
+def facts(app_packages: Iterable[str]) -> dict[str, Any]:
+    """The host's facts, with the versions of ``app_packages`` (dlvirt.apps.job_packages) and the stack's."""
+    app_packages = tuple(app_packages)
     caps = capabilities()
     uname = platform.uname()
     topo = topology.read().describe()
@@ -206,8 +214,8 @@ def facts() -> dict[str, Any]:
         "virtualization": observe.virtualization(),
         "capabilities": caps.to_dict(),
         "python": sys.version.split()[0],
-        "packages": package_versions(),
-        "stack": python_stack(),
+        "packages": package_versions((*app_packages, *STACK_PACKAGES)),
+        "stack": python_stack(app_packages),
         # asked of the running daemons (the Docker SDK, libvirt's API), not of the CLIs on PATH
         "engines": engine_versions.host_engines(docker_engine.engine_url({}), uname.machine),
     })
@@ -223,10 +231,10 @@ def _os_release() -> str:
     return platform.platform()
 
 
-def write_facts(path: Path) -> None:
+def write_facts(path: Path, app_packages: Iterable[str]) -> None:
     from dlvirt.core.atomic import write_json_atomic
 
-    write_json_atomic(path, facts())
+    write_json_atomic(path, facts(app_packages))
 
 
 def load_capabilities(data: dict[str, Any]) -> Capabilities:
@@ -236,6 +244,3 @@ def load_capabilities(data: dict[str, Any]) -> Capabilities:
     caps["gpus"] = tuple(caps["gpus"])
     return Capabilities(**caps)
 
-
-if __name__ == "__main__":  # pragma: no cover - manual inspection
-    print(json.dumps(facts(), indent=2))

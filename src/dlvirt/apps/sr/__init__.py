@@ -44,7 +44,7 @@ from dlvirt.core.kinds import AppKind
 
 class SpeechRecognition(torch_runtime.TorchModelApp):
     kind = AppKind(name="sr", title="Speech recognition", model="RNN-T", framework="pytorch",
-                   dataset="LibriSpeech dev-clean", order=1, processors=("CPU",),
+                   dataset="LibriSpeech dev-clean", order=1, processors=("CPU",), framework_packages=("torch",),
                    why_no_gpu="MLPerf's RNN-T reference runs on CPU only, as in the paper's Table I")
     dataset_index = MANIFEST
     preprocess_on_framework_threads = True  # LogMelFeatures: torch's STFT, matmul, log, statistics
