@@ -13,7 +13,7 @@ from dlvirt.apps import app_class
 from dlvirt.core.memory import parse_mib
 from dlvirt.core.records import JobSpec
 from dlvirt.plan.planner import Job, warmups_for
-from dlvirt.platforms import container_platform
+from dlvirt.platforms import container_platform, container_platforms
 from dlvirt.run.tools import tool_class
 
 # The weights resource, built by the weights rule: an app's seeded random initialisation, per model
@@ -42,14 +42,17 @@ def weights_file(config: dict[str, Any], job: Job) -> str | None:
 
 def platform_settings(config: dict[str, Any], platform: str, container_image: str | None = None) -> dict[str, Any]:
     """The platform's config section with the placement policy of PIN scenarios and the study's
-    one memory size (``memory_mib``: study.memory in MiB); for the container platform with ``image``
-    set to ``container_image``, the image its jobs run."""
+    one memory size (``memory_mib``: study.memory in MiB); for every container platform (CN, SCN)
+    with ``image`` set to ``container_image``, the image its jobs run, on the engine CN's section names."""
     settings = {
         **config["platforms"].get(platform, {}),
         "placement": config["platforms"]["placement"],
         "memory_mib": parse_mib(config["study"]["memory"]),
     }
-    return {**settings, "image": container_image} if platform == container_platform() else settings
+    if platform not in container_platforms():
+        return settings
+    engine = config["platforms"].get(container_platform(), {}).get("engine")
+    return {**settings, **({} if engine is None else {"engine": engine}), "image": container_image}
 
 
 def job_spec(config: dict[str, Any], job: Job, container_image: str | None = None) -> JobSpec:

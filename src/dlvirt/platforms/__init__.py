@@ -13,10 +13,12 @@ from dlvirt.platforms.base import Platform
 from dlvirt.platforms.bm import BareMetal
 from dlvirt.platforms.cn import Container
 from dlvirt.platforms.mvm import MicroVM
+from dlvirt.platforms.scn import SandboxedContainer
 from dlvirt.platforms.vm import VirtualMachine
 from dlvirt.platforms.vmcn import ContainerInVM
 
-_IMPLEMENTED: list[type[Platform]] = [BareMetal, Container, VirtualMachine, ContainerInVM, MicroVM]
+_IMPLEMENTED: list[type[Platform]] = [BareMetal, Container, VirtualMachine, ContainerInVM, MicroVM,
+                                      SandboxedContainer]
 CLASSES: dict[str, type[Platform]] = registry(_IMPLEMENTED)
 KINDS: dict[str, PlatformKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
@@ -25,6 +27,12 @@ def platform_class(name: str) -> type[Platform]:
     return look_up(CLASSES, name, "platform")
 
 
+def container_platforms() -> list[str]:
+    """Every platform that runs the container image (CN, SCN): one engine, one image, one cleanup."""
+    return [kind.name for kind in KINDS.values() if kind.image == CONTAINER_IMAGE]
+
+
 def container_platform() -> str:
-    """The platform whose config section selects the Docker engine and the container image (CN)."""
-    return next(kind.name for kind in KINDS.values() if kind.image == CONTAINER_IMAGE)
+    """The platform whose config section selects the Docker engine and the container image (CN, the
+    first of the container platforms): every container platform runs that image on that engine."""
+    return container_platforms()[0]

@@ -15,6 +15,12 @@ a read-only root file system and a 1 GiB tmpfs for ``/tmp`` (its HOME). The harn
 effective capabilities and NoNewPrivs from ``/proc/self/status``; they are recorded in every
 repetition and the job fails if they are not as asked. Of what the container wrote, only
 directories and regular files are copied out (no links, devices or setuid bits).
+
+The OCI runtime is a setting (``platforms.<P>.runtime``): Docker's runc when absent, or any runtime
+the host has (crun, runsc, kata-runtime, ...), which dlvirt's dockerd registers at its start
+(``dlvirt.system.docker_engine``). Every container platform (``PlatformKind.image`` is the container
+image) is this class or a subclass of it: it runs the same image on the same engine
+(``platforms.CN``'s ``image`` and ``engine``), is cleaned up and checked for leaks the same way.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ import shutil
 import stat
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
@@ -52,6 +59,25 @@ CONFINEMENT = {"user": f"{USER_ID}:{GROUP_ID}", "cap_drop": ["ALL"], "security_o
                "read_only": True, "tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,mode=1777,size={TMP_SIZE}"}}
 
 
+# Docker's own runtime, which every dockerd knows: nothing to register.
+RUNC = "runc"
+
+
+def runtime_binary(name: str) -> str | None:
+    """Where the OCI runtime ``name`` is installed (None: it is not)."""
+    return shutil.which(name, path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/usr/bin:/sbin:/bin")
+
+
+def container_runtimes(platforms: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What dlvirt's dockerd registers (``platforms``: the config's platforms section): the runtime of
+    every container platform beside runc that is installed, by the name its containers ask for."""
+    from dlvirt.platforms import CLASSES  # the registry imports this module
+
+    entries = (cls.registered_runtime(platforms.get(name, {})) for name, cls in CLASSES.items()
+               if cls.kind.image == CONTAINER_IMAGE and issubclass(cls, Container))
+    return dict(entry for entry in entries if entry is not None)
+
+
 def nvidia_toolkit() -> bool:
     """Whether the NVIDIA Container Toolkit, which ``docker --gpus`` needs, is installed."""
     path = os.environ.get("PATH", "") + os.pathsep + "/usr/bin:/usr/local/bin"
@@ -66,13 +92,45 @@ def online_cpus() -> tuple[int, ...]:
 class Container(Platform):
     kind = PlatformKind(name="CN", title="container on the host's Docker engine", order=1, colour=1,
                         virtualised=True, image=CONTAINER_IMAGE)
+    # the OCI runtime when its section names none
+    default_runtime: ClassVar[str] = RUNC
+
+    @classmethod
+    def runtime(cls, settings: dict[str, Any]) -> str:
+        """The OCI runtime the platform's containers run on (``platforms.<P>.runtime``)."""
+        return str(settings.get("runtime") or cls.default_runtime)
+
+    @classmethod
+    def runtime_name(cls, settings: dict[str, Any]) -> str:
+        """The name the engine knows that runtime by (``docker run --runtime``)."""
+        return cls.runtime(settings)
+
+    @classmethod
+    def runtime_args(cls, settings: dict[str, Any]) -> list[str]:
+        """Options the engine passes the runtime on every call (dockerd's ``runtimeArgs``)."""
+        return []
+
+    @classmethod
+    def registered_runtime(cls, settings: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """Its runtime's entry in dlvirt's dockerd's config (None: runc, or a runtime not installed)."""
+        path = runtime_binary(cls.runtime(settings))
+        if cls.runtime(settings) == RUNC or path is None:
+            return None
+        args = cls.runtime_args(settings)
+        return cls.runtime_name(settings), {"path": path, **({"runtimeArgs": args} if args else {})}
+
+    @classmethod
+    def leftovers(cls, live: Callable[[], set[str]], exec_root: Path) -> Iterator[str]:
+        """Remove what its runtime left under a dockerd's ``exec_root`` beyond the containers the
+        engine has (``live``: their ids, asked after the runtime's own listing); say what went."""
+        yield from ()
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
         why = super().unavailable_reason(scenario, caps, config)
         if why is not None:
             return why
-        settings = config.get("platforms", {}).get(cls.name, {})
+        settings = config.get("platforms", {}).get(Container.name, {})
         why = docker_engine.why_no_engine(settings, container_image.SETTINGS)
         if why is not None:
             return why
@@ -80,11 +138,17 @@ class Container(Platform):
             return "building the CN image needs debootstrap (Debian: debootstrap); or set platforms.CN.image"
         if scenario.processor == "GPU" and not nvidia_toolkit():
             return "no NVIDIA Container Toolkit (nvidia-container-runtime-hook) for docker --gpus"
+        own = config.get("platforms", {}).get(cls.name, {})
+        if cls.runtime(own) != RUNC and runtime_binary(cls.runtime(own)) is None:
+            return (f"the OCI runtime {cls.runtime(own)!r} (platforms.{cls.name}.runtime) is not installed "
+                    "(./setup.sh install installs runsc; Debian: crun, runsc)")
         return None
 
     @classmethod
     def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:
-        daemon = docker_engine.own_daemon(platforms.get(cls.name, {}), container_image.SETTINGS)
+        # one engine for every container platform: the image's section names it (platforms.CN.engine)
+        daemon = docker_engine.own_daemon(platforms.get(Container.name, {}), container_image.SETTINGS,
+                                          container_runtimes(platforms))
         return [] if daemon is None else [daemon]
 
     @property
@@ -114,6 +178,15 @@ class Container(Platform):
         # dlvirt's image carries its tag both as a label and in a file the harness reads inside
         self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
         self.engine = self.client.info()
+        self.runtime_used = self.runtime_name(self.config)
+        if self.runtime_used not in (self.engine.get("Runtimes") or {}):
+            raise PlatformError(
+                f"the Docker engine at {docker_engine.engine_url(self.config)} has no OCI runtime "
+                f"{self.runtime_used!r} (it has {', '.join(sorted(self.engine.get('Runtimes') or {}))}): dlvirt's "
+                "dockerd registers the installed runtimes when it starts, and this one started before "
+                f"{self.runtime(self.config)} was installed or named; stop the studies that use it (it stops with "
+                "them) or give this study a dockerd of its own (platforms.CN.engine.data_root); another engine: "
+                "register it there (dockerd --add-runtime)")
         # the daemon's own version (not the CLI's): what runs the containers
         self.server = engine_versions.docker_version(self.client.version(), docker_engine.engine_url(self.config))
         if int(self.engine["NCPU"]) != len(online_cpus()):
@@ -183,11 +256,12 @@ class Container(Platform):
                     name=self.container_name, labels={**docker_engine.labels(self.run_id),
                                                       "dlvirt.scenario": self.scenario.name},
                     # Relative paths in the job resolve as on the host: same working directory.
-                    working_dir=os.getcwd(), environment=environment,
+                    working_dir=os.getcwd(), environment=environment, runtime=self.runtime_used,
                     **self._host_config(job_path, out_dir, job))
             print(f"[dlvirt] container {self.container_name} created", flush=True)
             self.launched_unix = time.time()
             self.container.start()
+            self.started()
         except DockerException as exc:
             raise PlatformError(f"could not start the container: {exc}") from None
         logs = start_thread(self._copy_logs, "dlvirt-container-logs")
@@ -223,6 +297,9 @@ class Container(Platform):
         harness = HarnessOutput.read(out / "harness.json")
         self.start_to_harness_s = harness.entered_unix - self.launched_unix
         return harness
+
+    def started(self) -> None:
+        """Once the container has started (and while it runs): what a subclass reads of it from the host."""
 
     def _copy_logs(self) -> None:
         """The container's output into this job's log as it comes."""
@@ -277,6 +354,8 @@ class Container(Platform):
     def describe(self) -> dict[str, Any]:
         mechanism = "--cpuset-cpus + --cpuset-mems" if self.scenario.pinned else "--cpus (CFS quota)"
         return {"platform": self.name, "engine": f"docker {self.engine.get('ServerVersion')}",
+                "runtime": self.runtime_used, "runtime_path": (self.engine.get("Runtimes") or {})
+                .get(self.runtime_used, {}).get("path"),
                 "docker_version": self.server["version"], "docker_server": self.server,
                 "engine_url": docker_engine.engine_url(self.config), "cgroup_driver": self.engine.get("CgroupDriver"),
                 "cpu_mechanism": mechanism, "accel": "none", "cpus": list(self.cpus),

@@ -80,12 +80,17 @@ def remove_stale_cgroups() -> Iterator[str]:
 
 def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
     """dlvirt-labelled containers named ``dlvirt-<run id>`` whose runner is gone, in dlvirt's own
-    Docker engine and the one ``settings`` (platforms.CN) selects, when they answer."""
+    Docker engine and the one ``settings`` (platforms.CN: every container platform's engine) selects,
+    when they answer; then what the container platforms' runtimes left in dlvirt's own engine beyond
+    its containers (a runsc sandbox)."""
     import docker
 
+    from dlvirt.platforms import CLASSES, container_platforms
+    from dlvirt.platforms.cn import Container
     from dlvirt.system import docker_engine
 
-    for url in sorted({docker_engine.own_url(settings), docker_engine.engine_url(settings)}):
+    own = docker_engine.own_url(settings)
+    for url in sorted({own, docker_engine.engine_url(settings)}):
         if not docker_engine.answers(url):
             continue
         with contextlib.closing(docker.DockerClient(base_url=url, timeout=docker_engine.API_TIMEOUT_S)) as client:
@@ -93,6 +98,12 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
                 if is_stale(container.name, RUN_NAME):
                     container.remove(force=True)
                     yield f"removed stale container {container.name} ({url})"
+            if url == own:
+                exec_root = engines.RUN_ROOT / docker_engine.daemon_name(settings) / "exec"
+                for name in container_platforms():
+                    cls = CLASSES[name]
+                    assert issubclass(cls, Container)
+                    yield from cls.leftovers(lambda: {c.id for c in client.containers.list(all=True)}, exec_root)
 
 
 def _guest_owner(cmdline: list[str]) -> str | None:

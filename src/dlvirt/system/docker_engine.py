@@ -10,16 +10,23 @@ One dockerd per data root (``platforms.CN.engine.data_root``): studies with the 
 one (through the engines' leases), a study with another data root gets a dockerd of its own, with its
 own run directory, socket, exec-root and pid file (``RUN_ROOT/dockerd-<hash of the data root>``; the
 default data root's is ``RUN_ROOT/dockerd``), so that no study's images land in another's data root.
+
+The OCI runtimes the container platforms name beside Docker's own runc (``platforms.<P>.runtime``:
+runsc, crun, kata-runtime, ...) are registered in that config file, so they are known to dlvirt's
+dockerd from its start (dockerd's ``runtimes``; the host's ``/etc/docker/daemon.json`` is never read
+or changed). A dockerd that already runs keeps the runtimes it started with: a platform whose runtime
+it lacks says so when it provisions.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dlvirt.system import private
@@ -116,8 +123,16 @@ def why_no_engine(settings: dict[str, Any], section: str) -> str | None:
     return None
 
 
-def own_daemon(settings: dict[str, Any], section: str) -> Daemon | None:
-    """dlvirt's dockerd, or None when an engine is configured or the default socket answers."""
+def daemon_config(runtimes: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """dlvirt's dockerd's config file: the OCI runtimes it knows beside runc (name -> dockerd's
+    ``{"path": ..., "runtimeArgs": [...]}``), nothing else."""
+    return (json.dumps({"runtimes": dict(sorted(runtimes.items()))} if runtimes else {}, indent=1) + "\n").encode()
+
+
+def own_daemon(settings: dict[str, Any], section: str,
+               runtimes: Mapping[str, Mapping[str, Any]] | None = None) -> Daemon | None:
+    """dlvirt's dockerd, or None when an engine is configured or the default socket answers.
+    ``runtimes``: the OCI runtimes to register in its config (``daemon_config``)."""
     if configured_url(settings) is not None or answers(DEFAULT_URL):
         return None
     dockerd = dockerd_binary()
@@ -127,7 +142,7 @@ def own_daemon(settings: dict[str, Any], section: str) -> Daemon | None:
     run_dir = private_run_dir(name)
     config_file = run_dir / "daemon-config.json"
     config_file.unlink(missing_ok=True)
-    private.create_file(config_file, b"{}\n")  # never read the host's /etc/docker/daemon.json
+    private.create_file(config_file, daemon_config(runtimes or {}))  # never the host's /etc/docker/daemon.json
     return Daemon(
         name=name,
         command=(dockerd, "--host", url, "--data-root", data_root(settings),

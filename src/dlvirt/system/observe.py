@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import dataclasses
 import os
 import platform
@@ -119,13 +120,24 @@ def resample_ran_on(observed: dict[str, Any]) -> None:
         observed["placement"]["ran_on_nodes"] = sorted(set(seen) | set(ran_on_nodes()))
 
 
+PR_GET_NO_NEW_PRIVS = 39  # linux/prctl.h
+
+
+def no_new_privs_flag() -> int:
+    """This thread's no_new_privs flag, from prctl(PR_GET_NO_NEW_PRIVS)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0))
+
+
 def privileges(status: Path = Path("/proc/self/status")) -> dict[str, Any]:
     """The harness's own powers as its kernel sees them: real and effective uid, the effective
-    capability set (hex; all zeros: none) and the no_new_privs flag (1: no setuid can raise them)."""
+    capability set (hex; all zeros: none) and the no_new_privs flag (1: no setuid can raise them;
+    asked of the kernel with prctl where its status file lacks the line, as gVisor's does)."""
     fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
     uids = fields["Uid"].split()
+    no_new_privs = fields["NoNewPrivs"].strip() if "NoNewPrivs" in fields else no_new_privs_flag()
     return {"uid": int(uids[0]), "euid": int(uids[1]), "cap_eff": fields["CapEff"].strip(),
-            "no_new_privs": int(fields.get("NoNewPrivs", "0").strip() or 0),
+            "no_new_privs": int(no_new_privs or 0),
             "seccomp": int(fields.get("Seccomp", "0").strip() or 0)}  # 2: a seccomp filter
 
 
