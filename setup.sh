@@ -16,6 +16,7 @@ APT_STUDY=(
   python3 python3-venv python3-dev build-essential pkg-config ca-certificates  # .venv; libvirt-python builds
   e2fsprogs util-linux procps          # mkfs.ext4/debugfs (guest disks), taskset, ps
   docker.io debootstrap debian-archive-keyring  # CN: dlvirt starts its own dockerd, builds its image offline
+  runsc                                # SCN: gVisor; dlvirt's dockerd registers it (its own config file only)
   qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-dev  # VM, MVM, VMCN
   openssh-client                       # edge hosts (hosts:) are reached over SSH
 )
@@ -24,6 +25,7 @@ APT_TEST=(
   slurm-wlm munge                      # tests/integration/test_slurm.py runs a one-node cluster
   openssh-server                       # tests/integration/test_edge.py runs a loopback sshd
   chromium                             # tests/integration/test_report_rendered.py opens the report headless
+  crun                                 # tests/integration/test_platform_scn.py runs a CN row on crun
 )
 
 SUDO=""

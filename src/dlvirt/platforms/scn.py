@@ -106,17 +106,18 @@ class SandboxedContainer(Container):
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:
+        path = runtime_binary(RUNSC)
+        if path is not None and scenario.processor == "GPU" and caps.gpus and "-nvproxy" not in runsc_flags(path):
+            return f"runsc {runsc_version(path)} has no nvproxy (GPU support in gVisor came with runsc 2023)"
         why = super().unavailable_reason(scenario, caps, config)
-        if why is not None:
+        if why is not None or path is None:
             return why
-        path = str(runtime_binary(RUNSC))
         mode = cls.mode(config.get("platforms", {}).get(cls.name, {}))
-        if f"{mode}" not in runsc_flags(path).split("-platform string", 1)[-1].split("\n  -", 1)[0]:
+        known = runsc_flags(path).split("-platform string", 1)[-1].split("\n  -", 1)[0]
+        if mode not in known:
             return f"runsc {runsc_version(path)} has no {mode} platform (platforms.SCN.runsc_platform)"
         if mode == "kvm" and not kvm_usable():
             return "runsc's kvm platform needs a usable /dev/kvm (platforms.SCN.runsc_platform: ptrace)"
-        if scenario.processor == "GPU" and "-nvproxy" not in runsc_flags(path):
-            return f"runsc {runsc_version(path)} has no nvproxy (GPU support in gVisor came with runsc 2023)"
         return None
 
     def started(self) -> None:
