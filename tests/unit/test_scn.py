@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dlvirt.core.scenario import Scenario
@@ -136,3 +137,52 @@ def test_no_new_privs_is_asked_of_the_kernel_where_the_status_file_lacks_it(tmp_
     assert observe.privileges(status)["no_new_privs"] == observe.no_new_privs_flag() in (0, 1)
     status.write_text(status.read_text() + "NoNewPrivs:\t1\n")
     assert observe.privileges(status)["no_new_privs"] == 1
+
+
+# -- the extension claim: the sandbox's cost falls on pre-processing, not on inference -----------------
+
+def sandbox_row(platform: str, pinning: str, pre: float, infer: float, spread: float = 0.01) -> dict:
+    """A summary row of 4 launches whose phase means spread by about ``spread`` (relative), in a
+    pattern that differs per row so that the rounds do not explain it away."""
+    offsets = (-1, 1, 0.5, -0.5) if pinning == "VNL" else (1, -1, -0.5, 0.5)
+    offsets = offsets if platform == "CN" else offsets[::-1]
+
+    def launches(mean: float) -> str:
+        return ";".join(f"{mean * (1 + spread * o):.6g}" for o in offsets)
+
+    return {"tool": "mlperf", "app": "ic", "platform": platform, "cores": 1, "pinning": pinning, "processor": "CPU",
+            "scenario": f"{platform}/1/{pinning}/CPU", "mean_s": pre + infer, "ci95_s": 0.1, "reps": 2,
+            "min_reps": 2, "replicates": 4, "round_means_s": launches(pre + infer), "launch_rounds": "1;2;3;4",
+            "round_pre_s": launches(pre), "round_infer_s": launches(infer), "accel": "none", "site": "local"}
+
+
+def sandbox_verdict(rows: list[dict]) -> tuple[str, str]:
+    from dlvirt.analysis.claims import evaluate
+
+    table = evaluate(pd.DataFrame(rows), 2, []).set_index("id")
+    return table.loc["sandbox_pre_not_infer", "verdict"], table.loc["sandbox_pre_not_infer", "evidence"]
+
+
+def test_a_sandbox_that_slows_pre_processing_only_holds():
+    from dlvirt.analysis.claims import HOLDS
+
+    rows = [sandbox_row("CN", m, 2.0, 3.0) for m in ("VNL", "PIN")]
+    rows += [sandbox_row("SCN", m, 3.0, 3.01) for m in ("VNL", "PIN")]
+    got, evidence = sandbox_verdict(rows)
+    assert got == HOLDS, evidence
+    assert "pre-processing SCN/CN over 2 pair(s)" in evidence and "inference SCN/CN over 2 pair(s)" in evidence
+
+
+def test_a_sandbox_that_slows_inference_as_much_does_not_hold():
+    from dlvirt.analysis.claims import FAILS
+
+    rows = [sandbox_row("CN", m, 2.0, 3.0) for m in ("VNL", "PIN")]
+    rows += [sandbox_row("SCN", m, 3.0, 4.5) for m in ("VNL", "PIN")]
+    assert sandbox_verdict(rows)[0] == FAILS
+
+
+def test_without_scn_rows_the_sandbox_claim_is_not_testable():
+    from dlvirt.analysis.claims import UNTESTABLE
+
+    got, evidence = sandbox_verdict([sandbox_row("CN", "VNL", 2.0, 3.0)])
+    assert got == UNTESTABLE and "no SCN and CN rows" in evidence

@@ -154,6 +154,11 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
     def telemetry(name: str) -> float:
         return mean_of([(r.telemetry or {}).get(name) for r in runs])
 
+    def launch_phase(name: str) -> str:
+        """Each launch's mean busy time in phase ``name`` (empty where a launch did not time it)."""
+        means = [mean_of([r.phases.get(name) for r in valid]) for valid in per_launch]
+        return ";".join(f"{m:.6g}" for m in means) if means and all(math.isfinite(m) for m in means) else ""
+
     every_run = [r for result in results for r in result.runs]
     sample = (runs or every_run)[0]
     validity = {(r.loadgen or {}).get("validity") for r in every_run}  # every run must be valid
@@ -199,6 +204,9 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "launch_nodes": ";".join(str((result.node or {}).get("hostname", "")) for result, _ in counted),
         "launch_boot_s": ";".join(f"{result.platform['boot_s']:.6g}" for result, _ in counted
                                   if result.platform.get("boot_s") is not None),
+        # ... and its phases' busy times, for the per-phase models (claims.sandbox)
+        "round_pre_s": launch_phase("pre_s"),
+        "round_infer_s": launch_phase("infer_s"),
         "drift_p": trend(launch_means)[1],
         "median_s": pooled.median,
         "iqr_s": pooled.iqr,

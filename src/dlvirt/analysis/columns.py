@@ -80,6 +80,9 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("launch_rounds", "list", "the round (replicate) of each launch"),
     Column("launch_nodes", "list", "the node (host name) each launch ran on"),
     Column("launch_boot_s", "list", "each launch's platform boot time (s), for platforms that boot"),
+    Column("round_pre_s", "list", "each launch's mean pre-processing busy time (s), in the order of launch_rounds; "
+           "empty for model-only rows"),
+    Column("round_infer_s", "list", "each launch's mean inference busy time (s), in the order of launch_rounds"),
     Column("drift_p", "float", "p-value of a trend in the launch means over the rounds"),
     Column("median_s", "float", "median of every counted repetition (s)"),
     Column("iqr_s", "float", "interquartile range of every counted repetition (s)"),
