@@ -115,16 +115,19 @@ def write_config(path: Path, data: dict) -> Path:
 # smoke.yaml's guest scenarios take minutes each under TCG: tests/integration/test_platform_guests.py runs them
 # within its own budget, so the other tests' smoke studies leave them out.
 GUEST_PLATFORMS = ("VM", "MVM", "VMCN")
+# ... and its sandboxed-container rows, tests/integration/test_platform_scn.py's
+SANDBOX_PLATFORMS = ("SCN",)
 
 
-def smoke_config(guests: bool = False, replicates: int = 1, **overrides: object) -> dict:
+def smoke_config(guests: bool = False, replicates: int = 1, sandboxed: bool = False, **overrides: object) -> dict:
     """smoke.yaml, by default with one launch per scenario (its replicates: 2 doubles every job;
-    the tests of replicates and their interleaved order ask for them)."""
+    the tests of replicates and their interleaved order ask for them), without its guest and
+    sandboxed-container rows unless asked."""
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
-    if not guests:
-        matrix = [{**block, "platforms": [p for p in block["platforms"] if p not in GUEST_PLATFORMS]}
-                  for block in config["study"]["matrix"]]
-        config["study"]["matrix"] = [block for block in matrix if block["platforms"]]
+    left_out = (() if guests else GUEST_PLATFORMS) + (() if sandboxed else SANDBOX_PLATFORMS)
+    matrix = [{**block, "platforms": [p for p in block["platforms"] if p not in left_out]}
+              for block in config["study"]["matrix"]]
+    config["study"]["matrix"] = [block for block in matrix if block["platforms"]]
     config.update(overrides)
     if "replicates" not in (overrides.get("study") or {}):  # type: ignore[operator]
         config["study"]["replicates"] = replicates

@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import pandas as pd
 import pytest
 
-from conftest import IC_SETTINGS, copy_workflow, ic_job_spec
+from conftest import IC_SETTINGS, copy_workflow, ic_job_spec, smoke_config, snakemake, write_config
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.platforms import container_image
 from dlvirt.platforms.cn import Container, runtime_binary
@@ -171,3 +172,24 @@ def test_a_stopped_sandboxed_launch_leaves_no_container_sandbox_or_cgroup(engine
         time.sleep(0.5)
     assert leftovers(engine, proc.pid) == [] and not cgroup.exists()
     assert not (tmp_path / "r.json").exists() and not list(tmp_path.glob(".work-*"))
+
+
+def test_the_smoke_studys_scn_rows_run_through_the_workflow(engine, image, tmp_path):
+    """The workflow hands SCN the CN image and engine: smoke.yaml's SCN rows (IC, MLPerf, to keep
+    the suite short: the other apps run the same image the same way), verified, in the summary with
+    their phases per launch."""
+    workdir = copy_workflow(tmp_path / "wf")
+    base = smoke_config(sandboxed=True)
+    matrix = [block for block in base["study"]["matrix"] if block["platforms"] == ["SCN"]]
+    config = write_config(workdir / "smoke.yaml", smoke_config(
+        sandboxed=True, study={**base["study"], "apps": ["ic"], "tools": ["mlperf"], "matrix": matrix},
+        platforms={"CN": {"engine": {"data_root": DATA_ROOT}}}))
+    snakemake(workdir, "results/summary/mlperf/ic.csv", "--configfile", str(config))
+    summary = pd.read_csv(workdir / "results" / "summary" / "mlperf" / "ic.csv")
+    assert sorted(summary.scenario) == ["SCN/1/PIN/CPU", "SCN/1/VNL/CPU"]
+    assert summary.round_pre_s.notna().all() and summary.round_infer_s.notna().all()
+    for path in (workdir / "results" / "runs").rglob("*.json"):
+        result = json.loads(path.read_text())
+        assert result["verified"] and result["platform"]["runtime"] == "runsc-ptrace", path
+        assert result["platform"]["image"] == image and result["runs"][0]["observed"]["kernel"] == GVISOR_RELEASE
+    assert leftovers(engine) == []

@@ -103,6 +103,16 @@ FIGURES: tuple[FigureSpec, ...] = (
           ("rs", "RS is pre/post-heavy: parsing Criteo lines dominates the small DLRM model."))),
 )
 
+# Extension beyond the paper: what the sandboxed container (SCN, gVisor) costs per phase, beside CN.
+SANDBOX_FIGURE = FigureSpec(
+    "sandbox", "Extension: what the sandbox costs per phase (SCN over CN)", E2E_TOOL, ("ic", "sr", "nlp", "rs"),
+    "Per app and scenario (CPU), SCN's mean pre-processing and inference busy time and E2E time over CN's at the "
+    "same cores and CPU mode.",
+    "Not in the paper; gVisor's user-space kernel serves every system call, which pre-processing (file reads, "
+    "decoding, allocation) makes many of and inference on tensors in memory few.",
+    ("sandbox_pre_not_infer",), processors=("CPU",), parameters={"sandbox": "SCN", "beside": "CN"})
+FIGURES = (*FIGURES, SANDBOX_FIGURE)
+
 # Extensions beyond the paper (not among its figures): tail latency under LoadGen's SingleStream and
 # Server scenarios (study.scenarios); built only where the study runs that scenario.
 LATENCY_FIGURES: tuple[FigureSpec, ...] = tuple(

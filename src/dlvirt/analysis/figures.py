@@ -355,6 +355,39 @@ def phases_figure(summaries: str | Path | Iterable[str | Path], *, app: str, pla
     return fig
 
 
+def sandbox_figure(summaries: str | Path | Iterable[str | Path], *, plan: PlanDocument, sandbox: str, beside: str,
+                   host: str | Path | None = None) -> plt.Figure:
+    """Extension: per app and scenario (CPU), ``sandbox`` (SCN) over ``beside`` (CN) in each phase's
+    mean busy time and in E2E time: where the sandbox's cost falls."""
+    apply_style()
+    rows = select(main_site(load_summaries(summaries)), tool=E2E_TOOL, processor="CPU", platform=[sandbox, beside])
+    keys = ["app", "cores", "pinning"]
+    joined = (rows[rows["platform"] == sandbox].merge(rows[rows["platform"] == beside], on=keys, suffixes=("", "_base"))
+              if not rows.empty else rows)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(joined) + 2), 4.2))
+    if joined.empty:
+        not_measured(ax, why_missing(plan, f"no {sandbox} and {beside} rows of the same app and scenario",
+                                     tool=E2E_TOOL, processor="CPU", platforms=(sandbox,)))
+    else:
+        order = {app: i for i, app in enumerate(plan.kinds.app_order)}
+        joined = joined.sort_values(keys, key=lambda c: c.map(order) if c.name == "app" else c)
+        groups = [f"{r.app.upper()}\n{r.cores} {r.pinning}" for r in joined.itertuples()]
+        none = pd.Series(np.nan, index=groups)
+        series = [(name, pd.Series((joined[column] / joined[f"{column}_base"]).to_numpy(), index=groups), none,
+                   pd.Series(False, index=groups), colour_)
+                  for name, column, colour_ in (("pre-processing", "pre_s", PHASE_COLOURS["pre_s"]),
+                                                 ("inference", "infer_s", PHASE_COLOURS["infer_s"]),
+                                                 ("E2E", "mean_s", "#bbbbbb"))]
+        _bars(ax, groups, series)
+        ax.axhline(1.0, color="#333333", linewidth=0.8, linestyle=":")
+        ax.set_ylabel(f"{sandbox} / {beside} (mean busy time)")
+        ax.legend(fontsize=8, ncols=3, loc="upper left")
+    ax.set_title(f"Extension: where the sandbox costs, {sandbox} over {beside} per phase (CPU)", fontsize=10)
+    _footer(fig, host)
+    fig.tight_layout()
+    return fig
+
+
 LATENCY_COLOURS = {"p50": "#8da0cb", "p99": "#e78ac3"}
 
 
