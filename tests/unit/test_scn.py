@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 import pytest
@@ -90,7 +91,7 @@ def test_scn_needs_a_runsc_with_the_platform_asked_and_nvproxy_for_a_gpu(install
     assert why is not None and "no nvproxy" in why
 
 
-def sandbox(tmp_path: Path, pinning: str, cpus: tuple[int, ...]) -> SandboxedContainer:
+def sandbox(tmp_path: Path, pinning: Literal["VNL", "PIN"], cpus: tuple[int, ...]) -> SandboxedContainer:
     platform = SandboxedContainer(Scenario("SCN", len(cpus), pinning, "CPU"), {"memory_mib": 4096}, tmp_path, "1-abc")
     platform.cpus, platform.memory = cpus, 4 << 30
     platform.placement = Placement(cpus=cpus, mems=(0,), sockets=1, nodes=1, policy="compact", vcpu_order=cpus,
@@ -144,7 +145,7 @@ def test_no_new_privs_is_asked_of_the_kernel_where_the_status_file_lacks_it(tmp_
 def sandbox_row(platform: str, pinning: str, pre: float, infer: float, spread: float = 0.01) -> dict:
     """A summary row of 4 launches whose phase means spread by about ``spread`` (relative), in a
     pattern that differs per row so that the rounds do not explain it away."""
-    offsets = (-1, 1, 0.5, -0.5) if pinning == "VNL" else (1, -1, -0.5, 0.5)
+    offsets = [-1.0, 1.0, 0.5, -0.5] if pinning == "VNL" else [1.0, -1.0, -0.5, 0.5]
     offsets = offsets if platform == "CN" else offsets[::-1]
 
     def launches(mean: float) -> str:
