@@ -247,13 +247,19 @@ class KerasResNet50:
         pool is unnamed, and a count it chooses itself (reported as 0) is one per CPU of the
         affinity (its NumSchedulableCPUs), what ``intra_op_source`` says. A session has an inter-op
         pool of its own beside the eager runtime's, which built the model and then runs nothing:
-        ``inter_op`` counts the pool that runs the model, ``inter_op_idle`` the other."""
+        ``inter_op`` counts the pool that runs the model, ``inter_op_idle`` the other. A kernel that
+        shows none of TensorFlow's thread names (gVisor's) leaves the count set (``inter_op_source``)."""
         import tensorflow as tf
 
         configured = tf.config.threading.get_intra_op_parallelism_threads()
+        names = observe.thread_names()
+        counted = any(name.startswith("tf_") for name in names)
         return {"intra_op": configured or len(os.sched_getaffinity(0)),
                 "intra_op_source": "set" if configured else "TensorFlow default: CPUs in the affinity",
-                "inter_op": observe.thread_names().get("tf_Compute", 0) - self.eager_inter_op,
+                "inter_op": names.get("tf_Compute", 0) - self.eager_inter_op if counted
+                else tf.config.threading.get_inter_op_parallelism_threads(),
+                "inter_op_source": "counted (tf_Compute threads)" if counted
+                else "set (this kernel shows no thread names: gVisor)",
                 "inter_op_idle": self.eager_inter_op}
 
     def versions(self) -> dict[str, str]:
