@@ -19,7 +19,9 @@ def plan_of(case: str) -> PlanDocument:
 
 
 def texts(fig) -> str:
-    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts) + " " + " ".join(t.get_text() for t in fig.texts)
+    """The figure's texts, their wrapping undone."""
+    found = [t.get_text() for ax in fig.axes for t in ax.texts] + [t.get_text() for t in fig.texts]
+    return " ".join(" ".join(found).split())
 
 
 def test_missing_panels_say_why():

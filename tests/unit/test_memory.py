@@ -47,7 +47,7 @@ def test_a_guest_gets_study_memory_plus_a_stated_overhead():
     assert guest_ram_mib(384) == 384 + 256 + 12
     # what each platform takes from the host for it: the limit itself, a guest its RAM
     assert {name: cls.host_memory_mib(8192) for name, cls in CLASSES.items()} == {
-        "BM": 8192, "CN": 8192, "VM": 8704, "MVM": 8704, "VMCN": 8704}
+        "BM": 8192, "CN": 8192, "VM": 8704, "MVM": 8704, "VMCN": 8704, "SCN": 8192}
 
 
 def _check(tmp_path: Path, monkeypatch, yaml_text: str, host_mib: int) -> int:

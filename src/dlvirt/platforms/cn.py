@@ -179,7 +179,7 @@ class Container(Platform):
         self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
         self.engine = self.client.info()
         self.runtime_used = self.runtime_name(self.config)
-        if self.runtime_used not in (self.engine.get("Runtimes") or {}):
+        if self.runtime_used != RUNC and self.runtime_used not in (self.engine.get("Runtimes") or {}):
             raise PlatformError(
                 f"the Docker engine at {docker_engine.engine_url(self.config)} has no OCI runtime "
                 f"{self.runtime_used!r} (it has {', '.join(sorted(self.engine.get('Runtimes') or {}))}): dlvirt's "
@@ -256,7 +256,8 @@ class Container(Platform):
                     name=self.container_name, labels={**docker_engine.labels(self.run_id),
                                                       "dlvirt.scenario": self.scenario.name},
                     # Relative paths in the job resolve as on the host: same working directory.
-                    working_dir=os.getcwd(), environment=environment, runtime=self.runtime_used,
+                    working_dir=os.getcwd(), environment=environment,
+                    **({} if self.runtime_used == RUNC else {"runtime": self.runtime_used}),
                     **self._host_config(job_path, out_dir, job))
             print(f"[dlvirt] container {self.container_name} created", flush=True)
             self.launched_unix = time.time()
