@@ -280,6 +280,25 @@ def _design_inputs(args: argparse.Namespace, records: list[Any]) -> Any:
     return dataclasses.replace(found, **replaced, basis=basis)
 
 
+def _design_calibration(args: argparse.Namespace, config: dict[str, Any], records: list[Any]) -> Any:
+    """plan --design's calibration (--calibration, else claims.calibration), refused unless it is of
+    the run records' hardware (none recorded: this host's), with its plain words printed first."""
+    from dlvirt.analysis.calibrate import plain_words
+    from dlvirt.core.calibration import read_calibration, require
+    from dlvirt.system.hostinfo import hardware_label, node_identity
+
+    path = args.calibration or config["claims"]["calibration"]
+    if not path:
+        return None
+    calibration = read_calibration(path)
+    kinds = {hardware_label(r.node) for r in records if r.node is not None}
+    require(calibration, kinds or {hardware_label(node_identity())},
+            f"the run records under {args.runs}" if kinds else "this host")
+    for line in plain_words(calibration):
+        print(line)
+    return calibration
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dlvirt.plan import design
     from dlvirt.plan.estimate import adaptive_count, background_line, estimate, read_records, report
@@ -303,7 +322,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         n = setting if isinstance(setting, int) else adaptive_count(setting, math.sqrt(inputs.within))
         tool = primary(config["study"]["tools"])
         scenarios = sorted({(j.app, j.scenario) for j in plan.jobs_of(tool)}, key=lambda p: (p[0], p[1].name))
-        print(design.report(inputs, config, scenarios, n, args.target_case, args.target_claim, args.margin))
+        calibration = _design_calibration(args, config, records)
+        print(design.report(inputs, config, scenarios, n, args.target_case, args.target_claim, args.margin,
+                            calibration))
     return 0
 
 
@@ -334,7 +355,8 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 def _cmd_claims(args: argparse.Namespace) -> int:
     from dlvirt.analysis.claims import write_claims
 
-    table = write_claims(Path(args.summary), Path(args.host), Path(args.plan), Path(args.output), args.margin)
+    table = write_claims(Path(args.summary), Path(args.host), Path(args.plan), Path(args.output), args.margin,
+                         Path(args.calibration) if args.calibration else None)
     for row in table.itertuples():
         print(f"{row.id}: {row.verdict}")
     return 0
@@ -345,7 +367,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     write_report(Path(args.output), figures={Path(p).stem: Path(p) for p in args.figures},
                  summary=Path(args.summary), host=Path(args.host), plan=Path(args.plan), claims=Path(args.claims),
-                 table1=Path(args.table1), table2=Path(args.table2), runs=[Path(p) for p in args.runs])
+                 table1=Path(args.table1), table2=Path(args.table2), runs=[Path(p) for p in args.runs],
+                 calibration=Path(args.calibration) if args.calibration else None)
     return 0
 
 
@@ -534,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-case", type=float, default=0.12, help="--design: per-case 90 %% half-width to reach")
     p.add_argument("--target-claim", type=float, default=0.07, help="--design: claim-level 90 %% half-width to reach")
     p.add_argument("--margin", type=float, default=0.05, help="--design: the equivalence margin")
+    p.add_argument("--calibration", default=None, help="--design: this hardware's calibration (dlvirt calibrate's "
+                   "JSON; default: the config's claims.calibration): each contrast carries its day variance")
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("check-config", help="check config files as the workflow does, naming the file and line "
@@ -558,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", required=True)
     p.add_argument("--margin", type=float, default=None,
                    help="relative equivalence margin of the tests (config claims.equivalence_margin; default 0.05)")
+    p.add_argument("--calibration", default=None, help="this hardware's calibration (dlvirt calibrate's JSON; "
+                   "config claims.calibration; none or \"\": verdicts speak of this study's day only)")
     p.add_argument("--output", required=True)
     p.set_defaults(func=_cmd_claims)
 
@@ -569,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table1", required=True)
     p.add_argument("--table2", required=True)
     p.add_argument("--runs", nargs="*", default=[], help="the run records (results/runs/...): their machine time")
+    p.add_argument("--calibration", default=None, help="this hardware's calibration (config claims.calibration): "
+                   "its plain words in the host section")
     p.add_argument("--output", required=True)
     p.add_argument("figures", nargs="*", help="figure PNGs, named <figure id>.png")
     p.set_defaults(func=_cmd_report)

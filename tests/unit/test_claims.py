@@ -351,12 +351,12 @@ def test_write_claims_from_fixture_summary(tmp_path):
     plan.write_text(json.dumps(formats.stamped("plan", {"left_out": []})))
     out = tmp_path / "claims.csv"
     write_claims(FIXTURES / "summaries" / "full.csv", FIXTURES / "host_full.json", plan, out)
-    assert pd.read_csv(out)["format_version"].eq(2).all()
+    assert pd.read_csv(out)["format_version"].eq(3).all()
     table = read_table(out, "claims").set_index("id")
     assert list(table.columns) == ["claim", "source", "verdict", "reading", "evidence", "test", "figures", "part",
                                    "margin",
                                    "ratio", "ratio_low", "ratio_high", "df", "launches", "outcome", "p_holds",
-                                   "p_fails"]
+                                   "p_fails", "calibration"]
     # the fixture was designed so: pinning, CN/CHR, GPU and CHR = 1 hold; MVM is 10-20 % off VM at 4
     # cores; its 4-core host has no scale-up step from 8 cores on
     assert table.loc["pinning", "verdict"] == HOLDS

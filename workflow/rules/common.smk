@@ -323,6 +323,12 @@ def figure_files():
     ]
 
 
+def calibration_files():
+    """claims.calibration as an input of the claims and report rules (none: no input)."""
+    found = config["claims"]["calibration"]
+    return [found] if found else []
+
+
 def all_targets():
     return [
         "results/host.json",

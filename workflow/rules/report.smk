@@ -33,6 +33,7 @@ rule claims:
         summary="results/summary.csv",
         host="results/host.json",
         plan="results/plan.json",
+        calibration=calibration_files(),
     output:
         report("results/claims.csv", caption="../report/claims.rst", category="Claims"),
     log:
@@ -41,9 +42,10 @@ rule claims:
         "../../envs/analysis.yaml"
     params:
         margin=config["claims"]["equivalence_margin"],
+        calibration=config["claims"]["calibration"] or "",
     shell:
         "python -m dlvirt claims --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
-        " --margin {params.margin:q} --output {output:q} > {log:q} 2>&1"
+        " --margin {params.margin:q} --calibration {params.calibration:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule report:
@@ -56,16 +58,20 @@ rule report:
         table1="results/tables/table1.csv",
         table2="results/tables/table2.csv",
         runs=[run for tool in RUN_TOOLS for app in APP_KINDS for run in run_files(tool, app)],
+        calibration=calibration_files(),
     output:
         report("results/report.html", caption="../report/report.rst", category="Report"),
     log:
         "results/logs/report/report.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        calibration=config["claims"]["calibration"] or "",
     shell:
         "python -m dlvirt report --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
         " --claims {input.claims:q} --table1 {input.table1:q} --table2 {input.table2:q}"
-        " --runs {input.runs:q} --output {output:q} {input.figures:q} > {log:q} 2>&1"
+        " --calibration {params.calibration:q} --runs {input.runs:q} --output {output:q} {input.figures:q}"
+        " > {log:q} 2>&1"
 
 
 rule figures:

@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN
 from dlvirt.analysis.compare import (
@@ -47,13 +46,12 @@ from dlvirt.analysis.compare import (
     load,
     measure,
     platform,
-    with_day,
 )
-from dlvirt.analysis.model import LAUNCH_MEANS, Contrast, combine, launches
+from dlvirt.analysis.model import LAUNCH_MEANS, Contrast, combine, launches, with_day
 from dlvirt.core.calibration import Calibration, Components, FalseAlarms
+from dlvirt.plan.design import POWER, smallest_resolved
 
 MIN_BLOCKS = 2
-POWER = 0.8
 
 
 def block_launches(blocks: list[Results]) -> pd.DataFrame:
@@ -103,9 +101,7 @@ def resolvable(c: Components, launches_per_scenario: int) -> float:
              for variance, df in ((c.residual, c.residual_df), (c.round, c.round_df)) if variance > 0 and df > 0]
     day = Contrast(0.0, math.sqrt(2 * c.day), c.day_df)
     total = with_day(combine(parts), day) if parts and day.df > 0 else combine(parts)
-    if not total.testable:
-        return math.nan
-    return math.expm1((sps.t.ppf(1 - ALPHA, total.df) + sps.t.ppf(POWER, total.df)) * total.se)
+    return smallest_resolved(total.se, total.df, POWER) if total.testable else math.nan
 
 
 def false_alarms(blocks: list[Results], calibration: Calibration | None, margin: float) -> tuple[int, int]:

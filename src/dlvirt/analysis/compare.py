@@ -55,7 +55,16 @@ import pandas as pd
 
 from dlvirt.analysis.claims.study import MIN_LAUNCHES, ONE_LAUNCH, launch_count
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN, holm
-from dlvirt.analysis.model import LAUNCH_MEANS, NO_CONTRAST, Contrast, combine, group_keys, launches
+from dlvirt.analysis.model import (
+    LAUNCH_MEANS,
+    NO_CONTRAST,
+    Contrast,
+    combine,
+    day_contrast,
+    group_keys,
+    launches,
+    with_day,
+)
 from dlvirt.analysis.rows import emulated, load_summary, with_site
 from dlvirt.core import formats
 from dlvirt.core.atomic import write_text_atomic
@@ -238,9 +247,7 @@ def day_part(ra: pd.Series, rb: pd.Series, calibration: Calibration | None) -> t
     components = calibration.platforms.get(platform(ra))
     if components is None:
         return None, f"the calibration {calibration.path} has no {platform(ra)} scenario"
-    if components.day > 0 and components.day_df > 0:
-        return Contrast(0.0, math.sqrt(2 * components.day), components.day_df), ""
-    return Contrast(0.0, 0.0, components.day_df), ""  # measured: no day variance beyond the rounds
+    return day_contrast([(1.0, components), (-1.0, components)]), ""  # one day per study
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -280,15 +287,6 @@ class Pair:
     refused: bool = False
     calibrated: bool = False  # a calibration's day variance is in the contrast
     day_sd: float = math.nan  # that day component's SD (log scale)
-
-
-def with_day(contrast: Contrast, day: Contrast) -> Contrast:
-    """``contrast`` with the calibrated ``day`` component added, on the smaller of their degrees of
-    freedom: the day's variance rests on few blocks, and where it comes out small Welch–Satterthwaite
-    would lend the sum the residual's many degrees of freedom (simulated, three blocks: 6 of 20 pairs
-    with a false slower instead of at most 5 %), so the day's own df bound the test's."""
-    total = combine([(1.0, contrast), (1.0, day)]) if day.se > 0 else contrast
-    return Contrast(total.log, total.se, min(total.df, day.df))
 
 
 def pairs(a: Results, b: Results, calibration: Calibration | None = None) -> list[Pair]:

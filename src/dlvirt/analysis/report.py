@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from dlvirt.analysis import interference
+from dlvirt.analysis.calibrate import plain_words
 from dlvirt.analysis.catalog import BY_ID, E2E_TOOL, FIGURES, FigureSpec
 from dlvirt.analysis.claims import PART_COLUMNS
 from dlvirt.analysis.claims.study import MIN_LAUNCHES
@@ -36,6 +37,7 @@ from dlvirt.analysis.rows import (
     select,
 )
 from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.calibration import read_calibration, require
 from dlvirt.core.formats import read_document
 from dlvirt.core.machinetime import hours, launch_machine_s, split_line, split_totals, totals_line
 from dlvirt.core.records import read_run_records
@@ -265,11 +267,29 @@ def launch_split_text(runs: list[Path]) -> str:
     return split_line(split_totals(read_run_records(runs)))
 
 
+def calibration_words(calibration: Path | None, frame: pd.DataFrame) -> tuple[str, str]:
+    """The host section's calibration line (its plain words, or that none was given) and the claims'
+    scope in a sentence; CalibrationError for a calibration of other hardware than the main host's."""
+    if calibration is None:
+        return ("none given (claims.calibration): no measure of how this host drifts from day to day",
+                "No calibration was given (claims.calibration), so each verdict speaks of this host on this study's "
+                "day only.")
+    found = read_calibration(calibration)
+    rows = main_site(frame) if not frame.empty else frame
+    require(found, set(rows["hardware"].astype(str)) - {"not recorded"} if "hardware" in rows else set(),
+            "this study's main-host rows")
+    return ("; ".join(plain_words(found)),
+            f"Calibration {found.path} (host section) was given: a claim whose calibration column names it carries "
+            "the host's day-to-day variance in every contrast, so its verdict speaks beyond this study's day; the "
+            "others' evidence says which rows it did not cover.")
+
+
 def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, claims: Path,
-           table1: Path, table2: Path, runs: list[Path]) -> str:
+           table1: Path, table2: Path, runs: list[Path], calibration: Path | None = None) -> str:
     import jinja2
 
     frame = load_summaries([summary])
+    calibrated, claims_scope = calibration_words(calibration, frame)
     study = PlanDocument.load(plan)
     plan_doc = study.document
     claims_table = read_table(claims, "claims")
@@ -307,6 +327,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
             ("in a container", "yes" if facts.get("in_container") else "no"),
             ("itself virtualized", host_virtualization(facts) or "no (or not recorded)"),
             ("other processes on the benchmark's CPUs", interference.host_words(frame, records)),
+            ("calibration (what this host can tell apart)", calibrated),
         ],
         packages=sorted((facts.get("packages") or {}).items()),
         python=facts.get("python"),
@@ -314,6 +335,7 @@ def render(*, figures: dict[str, Path], summary: Path, host: Path, plan: Path, c
         synthetic=bool(not frame.empty and (frame["dataset_source"].astype(str) != "real").any()),
         random_weights=bool(not frame.empty and (frame["weights"].astype(str) == "random").any()),
         claims=_claims(claims_table, frame),
+        claims_scope=claims_scope,
         alpha=ALPHA,
         min_launches=MIN_LAUNCHES,
         # a figure with no row measured here is one line of the list below the figures, not an empty frame

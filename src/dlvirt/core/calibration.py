@@ -5,13 +5,16 @@ CPU model, CPUs, sockets, architecture) from two or more A/A blocks: the same st
 other times. Per platform it holds the variance components of a scenario's log launch mean: the
 residual (launch to launch within a round), the round (drift within a study) and the block ("day":
 between studies, beyond the rounds), each with its degrees of freedom. ``dlvirt compare`` adds the
-day component to a between-study contrast; ``plan --design``, the claims and the report may read it.
+day component to a between-study contrast; the claims add it to each contrast within a study (so a
+verdict speaks beyond the study's day), ``plan --design`` sizes launches with it and the report shows
+its plain words. Each refuses a calibration of other hardware (``require``).
 A calibration whose blocks ran on several kinds lists them all: it links them (the block component
 then includes the kinds' differences).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +73,18 @@ class Calibration:
         import json
 
         write_text_atomic(Path(path), json.dumps(self.document(), indent=1) + "\n")
+
+
+def require(calibration: Calibration, hardware: Iterable[str], whose: str) -> Calibration:
+    """``calibration`` if it covers every kind of ``hardware`` (``whose``: e.g. "the study's
+    main-host rows"); else CalibrationError naming its file and the kinds it lacks."""
+    kinds = sorted(set(hardware))
+    lacking = [k for k in kinds if not calibration.covers(k)]
+    if not kinds or lacking:
+        found = "; ".join(lacking) if lacking else "no recorded hardware"
+        raise CalibrationError(f"{calibration.path}: a calibration of {'; '.join(calibration.hardware)}, not of "
+                               f"{whose} ({found}); calibrate this hardware (dlvirt calibrate) or give none")
+    return calibration
 
 
 def read_calibration(path: str | Path) -> Calibration:

@@ -39,7 +39,8 @@ VERSIONS: dict[str, Format] = {
     "plan": Format(3, False),
     "host facts": Format(1, True),
     "summary": Format(1, True),
-    "claims": Format(2, False),  # 2: per-part margin, ratio, interval, df, launches, outcome; p_holds, p_fails
+    # claims: 2 per-part margin, ratio, interval, df, launches, outcome; p_holds, p_fails; 3 calibration
+    "claims": Format(3, False),
     # compare: 2 added measure; 3 names its column format_version (was format); 4 others_cores_a/_b;
     # 5 the round as a variance component, day_sd and calibration
     "compare": Format(5, False),

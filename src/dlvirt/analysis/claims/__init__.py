@@ -8,6 +8,11 @@ Verdicts: ``holds`` (the effect beyond the claim's margin on the side it names) 
 decide: the evidence states the smallest effect it could have detected, or only rows too weak to be
 evidence exist) / ``not testable here`` (with why: what this host or config did not measure). The
 claims of one study are one family (Holm across them, ``verdicts.family``).
+
+A verdict is about the host on the study's own day unless a calibration of its hardware
+(``claims.calibration``, ``dlvirt calibrate``) is given: then every E2E contrast carries the
+calibration's day variance too (``study.Study``), and the claim's ``calibration`` column names the
+file where that held for every contrast it tested (the evidence ends with the scope either way).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from dlvirt.analysis.claims.verdicts import (
 from dlvirt.analysis.columns import read_summary
 from dlvirt.core import formats
 from dlvirt.core.atomic import write_text_atomic
+from dlvirt.core.calibration import Calibration, read_calibration
 from dlvirt.core.formats import read_document
 from dlvirt.plan.leftout import Gap, from_documents
 
@@ -58,7 +64,7 @@ __all__ = ["CLAIMS", "COLUMNS", "FAILS", "HOLDS", "INCONCLUSIVE", "NEGLIGIBLE", 
 # 90 % interval, df, launches (n) and outcome; p_holds and p_fails are the claim's, Holm across the claims
 PART_COLUMNS = ["part", "margin", "ratio", "ratio_low", "ratio_high", "df", "launches", "outcome"]
 COLUMNS = ["id", "claim", "source", "verdict", "reading", "evidence", "test", "figures", *PART_COLUMNS, "p_holds",
-           "p_fails"]
+           "p_fails", "calibration"]
 MODEL = ("contrast of the launch-level model log(launch mean) ~ scenario + round (+ node) per site, tool and "
          "hardware, a residual variance per platform where their spreads differ; 90 % interval of the ratio")
 FAMILY = f"Holm across the study's tested claims, family-wise α = {ALPHA:g} for each verdict"
@@ -137,19 +143,39 @@ def decide(claim: Claim, study: Study, lenient: Callable[[], Study]) -> Verdict:
                                  f"could test it, so it is not decided; what they show: {weak.evidence}")
 
 
+def scope(study: Study) -> tuple[str, str]:
+    """The claim just checked on ``study``: the calibration whose day its every contrast carried (or
+    ""), and the scope in words."""
+    c = study.calibration
+    if c is None:
+        return "", "scope: this study's day only (no calibration given: claims.calibration)"
+    if study.day_missing or not study.beyond_day:
+        lacking = "; ".join(sorted(study.day_missing)) or "contrasts the calibration does not model"
+        return "", f"scope: this study's day only for {lacking} (calibration {c.path})"
+    return c.path, f"scope: beyond this study's day (every contrast carries the day variance of calibration {c.path})"
+
+
 def evaluate(summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
-             margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
-    study = Study(summary, host_cores, gaps, margin)
-    lenient = functools.cache(lambda: Study(summary, host_cores, gaps, margin, weak_as_evidence=True))
-    verdicts = family([decide(claim, study, lenient) for claim in CLAIMS])
+             margin: float = DEFAULT_MARGIN, calibration: Calibration | None = None) -> pd.DataFrame:
+    study = Study(summary, host_cores, gaps, margin, calibration=calibration)
+    lenient = functools.cache(lambda: Study(summary, host_cores, gaps, margin, weak_as_evidence=True,
+                                            calibration=calibration))
+    decided, scopes = [], []
+    for claim in CLAIMS:
+        study.beyond_day, study.day_missing = 0, set()
+        decided.append(decide(claim, study, lenient))
+        scopes.append(scope(study))
+    verdicts = family(decided)
     rows = []
-    for claim, verdict in zip(CLAIMS, verdicts, strict=True):
+    for claim, verdict, (calibrated, words) in zip(CLAIMS, verdicts, scopes, strict=True):
         figures = " ".join(f.id for f in FIGURES if claim.id in f.claims)
         parts = {column: ";".join(_cell(getattr(o, column)) for o in verdict.parts) for column in PART_COLUMNS}
         rows.append({"id": claim.id, "claim": claim.text, "source": claim.source, "verdict": verdict.verdict,
-                     "reading": reading(claim.text, verdict), "evidence": verdict.evidence,
+                     "reading": reading(claim.text, verdict),
+                     "evidence": f"{verdict.evidence}; {words}" if verdict.parts else verdict.evidence,
                      "test": claim.test.format(margin=f"{margin:.0%}", model=MODEL) + f"; {FAMILY}",
-                     "figures": figures, **parts, "p_holds": verdict.p_holds, "p_fails": verdict.p_fails})
+                     "figures": figures, **parts, "p_holds": verdict.p_holds, "p_fails": verdict.p_fails,
+                     "calibration": calibrated})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -159,10 +185,12 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None) -> pd.DataFrame:
+def write_claims(summary: Path, host: Path, plan: Path, output: Path, margin: float | None = None,
+                 calibration: Path | None = None) -> pd.DataFrame:
     frame = read_summary(summary)
     cores = int(read_document(host, "host facts")["capabilities"]["cores"])
     left_out = from_documents(read_document(plan, "plan")["left_out"], f"{plan}: left_out")
-    table = evaluate(frame, cores, left_out, DEFAULT_MARGIN if margin is None else margin)
+    table = evaluate(frame, cores, left_out, DEFAULT_MARGIN if margin is None else margin,
+                     read_calibration(calibration) if calibration else None)
     write_text_atomic(output, table.assign(**{formats.KEY: formats.version("claims")}).to_csv(index=False))
     return table

@@ -17,6 +17,10 @@ The error-rate rows (``claim_rows``): each simulates ``studies`` studies whose t
 verdict false, at the least favourable point (the true effect on the claim's bound, where a
 correct test says yes falsely in α of studies), and counts the false verdicts. ``ErrorRow`` is
 what every row gives (rows of other modules, e.g. ``compare``'s, have the same shape).
+
+The ``day-shift (claims)`` row adds days: each simulated day (a study, or an A/A block of a
+calibration) shifts the whole host and, less, each scenario on its own; the truth is on the bound
+averaged over days, so a claim about the host (not this day) errs if the day's own offsets decide it.
 """
 
 from __future__ import annotations
@@ -27,17 +31,21 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dlvirt.analysis.aggregate import summarise_launches
+from dlvirt.analysis.calibrate import calibration_of
 from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.claims import HOLDS, evaluate
 from dlvirt.analysis.claims.mvm import mvm_like_vm_but_nlp_and_boots_faster
 from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.study import Study
 from dlvirt.analysis.claims.verdicts import ALPHA, DEFAULT_MARGIN
+from dlvirt.analysis.compare import results
+from dlvirt.core.calibration import Calibration
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
 from dlvirt.plan.design import Inputs, project
@@ -47,6 +55,8 @@ WITHIN, BETWEEN, DRIFT = 0.07, 0.086, 0.03  # log-scale SDs: within a launch, be
 QUIET_WITHIN, QUIET_BETWEEN = 0.017, 0.032
 GUESTS = ("VM", "VMCN", "MVM")
 BOOT_S, BOOT_SD = 8.0, 0.05
+# the machine every simulated launch records (a calibration is of a kind of hardware)
+NODE = {"hostname": "sim", "cpu_model": "Simulated CPU", "logical_cpus_online": 2, "sockets": 1, "arch": "x86_64"}
 MARGIN = math.log1p(DEFAULT_MARGIN)  # the default margin on the log scale
 POWER_TARGET = 0.8
 
@@ -87,7 +97,8 @@ def _launch(template: JobResult, scenario: Scenario, app: str, replicate: int, t
     platform = {"accel": "none"} if boot is None else {"accel": "kvm", "boot_s": boot}
     return dataclasses.replace(template, tool=E2E_TOOL, app=app, scenario=scenario, scenario_name=scenario.name,
                                runs=runs, replicate=replicate, platform=platform,
-                               model={**template.model, "mlperf_reference_size": True}, code=None, runner_code=None)
+                               model={**template.model, "mlperf_reference_size": True}, code=None, runner_code=None,
+                               node=NODE)
 
 
 def simulate(template: JobResult, design: Design, scenarios: Sequence[Scenario], truth: Truth,
@@ -303,10 +314,55 @@ def power(template: JobResult, studies: int, seed: int) -> ErrorRow:
                     "does not hold (a miss; the bound is 1 − 0.8 power)", missed, studies, 1 - POWER_TARGET)
 
 
+# a host whose day shifts every time by 5.5 % (SD, as compare's rows) and each scenario by 3 % more on its own
+DAY_HOST, DAY_SCENARIO = math.log(1.055), 0.03
+DAY_BLOCKS = 3  # A/A blocks of the calibration
+DAYS = dataclasses.replace(DEFAULT, apps=("ic", "nlp"))
+
+
+def _pinning_cn(app: str, s: Scenario) -> float:
+    """BM: pinning gains 20 % (decided, so Holm leaves the CN part at α); CN: exactly the margin."""
+    if s.pinning != "PIN":
+        return 0.0
+    return -MARGIN if s.platform == "CN" else math.log(0.8)
+
+
+def _day(rng: np.random.Generator, truth: Truth) -> Truth:
+    """``truth`` on one day: the host's shift and each (app, scenario)'s own, drawn once."""
+    host = rng.normal(0.0, DAY_HOST)
+    own: dict[tuple[str, Scenario], float] = {}
+    return lambda app, s: truth(app, s) + host + own.setdefault((app, s), rng.normal(0.0, DAY_SCENARIO))
+
+
+def day_calibration(template: JobResult, rng: np.random.Generator) -> Calibration:
+    """A calibration from ``DAY_BLOCKS`` simulated A/A blocks of ``DAYS``' pinning matrix, a day each."""
+    matrix = DAYS.pinning_matrix()
+    return calibration_of([results(Path(f"block-{i}"), simulate(template, DAYS, matrix, _day(rng, _pinning_cn), rng),
+                                   {}, []) for i in range(DAY_BLOCKS)])
+
+
+def day_shift(template: JobResult, studies: int, seed: int) -> ErrorRow:
+    rng = np.random.default_rng(seed)
+    wrong = uncalibrated = 0
+    for _ in range(studies):
+        calibration = day_calibration(template, rng)
+        summary = simulate(template, DAYS, DAYS.pinning_matrix(), _day(rng, _pinning_cn), rng)
+        for given in (calibration, None):
+            said = any(o.outcome == "yes" and o.part.startswith("CN ")
+                       for o in pinning_lowers_e2e(Study(summary, 2, [], calibration=given)).parts)
+            wrong += said and given is not None
+            uncalibrated += said and given is None
+    return ErrorRow("day-shift (claims, calibrated)", "the default study's pinning matrix (BM, CN; IC, NLP) at "
+                    f"1.7 % / 3.2 %, each day the host shifts {math.expm1(DAY_HOST):.1%} (SD) and each scenario "
+                    f"{DAY_SCENARIO:.0%} more; CN's PIN gains exactly the 5 % margin over days; calibrated from "
+                    f"{DAY_BLOCKS} A/A blocks: CN's part says yes (without the calibration: "
+                    f"{uncalibrated / studies:.1%})", wrong, studies, ALPHA)
+
+
 def claim_rows(template: JobResult) -> list[Row]:
     """The claims' rows, each ``(studies, seed) → ErrorRow`` (``template``: a run record's structure)."""
     return [functools.partial(row, template) for row in (hetero_pinning, hetero_alike, trivial_effect, global_null,
-                                                          power)]
+                                                          power, day_shift)]
 
 
 def markdown(rows: Sequence[ErrorRow]) -> str:

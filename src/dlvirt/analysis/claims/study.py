@@ -10,6 +10,11 @@
 - Every comparison is a contrast of the model fitted to all MLPerf launches of the row's pooling
   group (``dlvirt.analysis.model``; a residual variance per platform where the spreads differ);
   contrasts across groups (e.g. another site) are combined with Welch–Satterthwaite degrees of freedom.
+- With a calibration of the study's hardware (``claims.calibration``), every E2E contrast also carries
+  the day: Σ w² σ²_day of its cells' platforms (``model.day_contrast``, ``model.with_day``), so a
+  verdict speaks of the host on other days too. A cell the calibration does not cover (another
+  hardware kind, a platform it lacks) and boot times keep this study's day; ``beyond_day`` counts
+  the contrasts that did and ``day_missing`` says why some did not.
 """
 
 from __future__ import annotations
@@ -22,8 +27,20 @@ import pandas as pd
 
 from dlvirt.analysis.catalog import E2E_TOOL
 from dlvirt.analysis.claims.verdicts import DEFAULT_MARGIN
-from dlvirt.analysis.model import LAUNCH_BOOTS, LAUNCH_MEANS, Contrast, Model, combine, group_keys, launches, split
+from dlvirt.analysis.model import (
+    LAUNCH_BOOTS,
+    LAUNCH_MEANS,
+    Contrast,
+    Model,
+    combine,
+    day_contrast,
+    group_keys,
+    launches,
+    split,
+    with_day,
+)
 from dlvirt.analysis.rows import emulated, verified_gpu_rows, with_site
+from dlvirt.core.calibration import Calibration, Components, require
 from dlvirt.core.loadgen import is_latency
 from dlvirt.core.scenario import LOCAL_SITE
 from dlvirt.plan.leftout import Gap, reasons
@@ -58,7 +75,8 @@ class Study:
     """The evidence rows, their models, and the reasons behind missing rows."""
 
     def __init__(self, summary: pd.DataFrame, host_cores: int | None, gaps: list[Gap],
-                 margin: float = DEFAULT_MARGIN, weak_as_evidence: bool = False) -> None:
+                 margin: float = DEFAULT_MARGIN, weak_as_evidence: bool = False,
+                 calibration: Calibration | None = None) -> None:
         if summary.empty:
             summary = pd.DataFrame(columns=["tool", "app", "platform", "cores", "pinning", "processor",
                                             "mean_s", "ci95_s", "reps", "accel"])
@@ -76,6 +94,7 @@ class Study:
         self.weak_reasons = sorted(set(why[why != ""]))
         self.usable = measured if weak_as_evidence else measured[why == ""]
         self.e2e = self.usable[self.usable["site"] == LOCAL_SITE]
+        self.frame = frame
         self.host_cores = host_cores
         self.gaps = gaps
         self.margin = margin
@@ -87,6 +106,26 @@ class Study:
                             for key in self.groups.unique()} if LAUNCH_BOOTS in measured else {}
         # where the platforms' spreads differ, the evidence says which variance each group got
         self.notes = [f"note: group {key}: {model.describe()}" for key, model in self.models.items() if model.split]
+        hardware = measured["hardware"].astype(str) if "hardware" in measured else pd.Series("", index=measured.index)
+        if calibration is not None:
+            require(calibration, set(hardware[measured["site"] == LOCAL_SITE]) - {"", "nan", "not recorded"},
+                    "this study's main-host rows")
+        self.calibration = calibration
+        self.hardware = hardware
+        self.beyond_day = 0  # contrasts that carry the calibration's day
+        self.day_missing: set[str] = set()  # why others do not
+
+    def _day(self, label: Hashable) -> Components | None:
+        """The calibrated components of row ``label``'s platform, or None (noting why)."""
+        assert self.calibration is not None
+        platform = str(self.frame.at[label, "platform"]).split("(")[0]  # MVM(qemu): MVM
+        if not self.calibration.covers(str(self.hardware.get(label, ""))):
+            self.day_missing.add(f"rows on {self.hardware.get(label, 'unrecorded hardware')}")
+            return None
+        found = self.calibration.platforms.get(platform)
+        if found is None:
+            self.day_missing.add(f"{platform} (not in the calibration)")
+        return found
 
     def contrast(self, weights: Mapping[Hashable, float], boot: bool = False) -> Contrast:
         """``Σ w · log(row)`` from the rows' models (several groups: combined, Welch df)."""
@@ -97,7 +136,17 @@ class Study:
         parts = [(1.0, models[key].contrast(w)) for key, w in by_group.items() if key in models]
         if len(parts) != len(by_group):
             return Contrast(math.nan, math.nan, math.nan)
-        return parts[0][1] if len(parts) == 1 else combine(parts)
+        found = parts[0][1] if len(parts) == 1 else combine(parts)
+        if self.calibration is None or not found.testable:
+            return found
+        if boot:
+            self.day_missing.add("boot times (the calibration is of E2E)")
+            return found
+        days = [(w, self._day(label)) for label, w in weights.items() if w != 0]
+        if any(c is None for _, c in days):
+            return found
+        self.beyond_day += 1
+        return with_day(found, day_contrast([(w, c) for w, c in days if c is not None]))
 
     def difference(self, a: Hashable, b: Hashable, boot: bool = False) -> Contrast:
         return self.contrast({a: 1.0, b: -1.0}, boot)
