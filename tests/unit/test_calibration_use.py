@@ -97,7 +97,7 @@ def test_plan_design_sizes_with_the_day_and_says_what_the_host_tells_apart(tmp_p
              "--launch-s", "4", "--repetition-s", "3"]
     assert main([*given, "--calibration", here.path]) == 0
     out = capsys.readouterr().out
-    assert "calibration of" in out and "what this host tells apart with this config" in out
+    assert "calibration of" in out and "what this host tells apart from no difference with this config" in out
     assert "every claim contrast carries it" in out and "the day alone" in out
     calibration(tmp_path / "there.json", hardware="Another CPU, 64 CPUs, 2 socket(s), x86_64")
     assert main([*given, "--calibration", str(tmp_path / "there.json")]) == 2

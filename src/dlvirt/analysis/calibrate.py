@@ -48,8 +48,7 @@ from dlvirt.analysis.compare import (
     platform,
 )
 from dlvirt.analysis.model import LAUNCH_MEANS, Contrast, combine, launches, with_day
-from dlvirt.core.calibration import Calibration, Components, FalseAlarms
-from dlvirt.plan.design import POWER, smallest_resolved
+from dlvirt.core.calibration import POWER, Calibration, Components, FalseAlarms, smallest_resolved
 
 MIN_BLOCKS = 2
 
@@ -101,7 +100,7 @@ def resolvable(c: Components, launches_per_scenario: int) -> float:
              for variance, df in ((c.residual, c.residual_df), (c.round, c.round_df)) if variance > 0 and df > 0]
     day = Contrast(0.0, math.sqrt(2 * c.day), c.day_df)
     total = with_day(combine(parts), day) if parts and day.df > 0 else combine(parts)
-    return smallest_resolved(total.se, total.df, POWER) if total.testable else math.nan
+    return smallest_resolved(total.se, total.df, ALPHA, POWER) if total.testable else math.nan
 
 
 def false_alarms(blocks: list[Results], calibration: Calibration | None, margin: float) -> tuple[int, int]:

@@ -14,6 +14,7 @@ then includes the kinds' differences).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +22,18 @@ from typing import Any
 
 from dlvirt.core import formats
 from dlvirt.core.atomic import write_text_atomic
+
+ALPHA, POWER = 0.05, 0.8  # "what this host can tell apart": a one-sided test at ALPHA, found with POWER
+
+
+def smallest_resolved(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest relative difference a one-sided test at ``alpha`` on a contrast of standard error
+    ``se`` (log scale) and ``df`` degrees of freedom finds with probability ``power`` (NaN: none)."""
+    from scipy import stats as sps
+
+    if not (se > 0 and df > 0):
+        return math.nan
+    return math.expm1((float(sps.t.ppf(1 - alpha, df)) + float(sps.t.ppf(power, df))) * se)
 
 
 class CalibrationError(ValueError):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlvirt.core import variance
-from dlvirt.core.calibration import Calibration
+from dlvirt.core.calibration import POWER, Calibration, smallest_resolved
 from dlvirt.core.machinetime import launch_cost_s, repetition_s
 from dlvirt.core.records import JobResult
 from dlvirt.core.scenario import Scenario
@@ -43,7 +43,6 @@ ALPHA = 0.05          # per one-sided test: 90 % intervals
 EFFECTS = (0.10, 0.20)  # true effects the power is shown for
 MIN_REPETITIONS = 2   # below two, a launch shows no spread of its own
 EQUIVALENCE_POWER = 0.8  # the chance to show "alike within the margin" that a design is sized for
-POWER = 0.8  # the power of "what this host can tell apart"
 
 
 @dataclass(frozen=True)
@@ -112,16 +111,6 @@ class Day:
 
     variance: float = 0.0
     df: float = math.inf
-
-
-def smallest_resolved(se: float, df: float, power: float = POWER) -> float:
-    """The smallest relative difference a one-sided test at ``ALPHA`` on a contrast of standard error
-    ``se`` (log scale) and ``df`` degrees of freedom finds with probability ``power``."""
-    from scipy import stats as sps
-
-    if not (se > 0 and df > 0):
-        return math.nan
-    return math.expm1((float(sps.t.ppf(1 - ALPHA, df)) + float(sps.t.ppf(power, df))) * se)
 
 
 def project(inputs: Inputs, launches: int, repetitions: float, scenarios: int, cases: int = 1,
@@ -289,15 +278,16 @@ def report(inputs: Inputs, config: dict[str, Any], scenarios: list[tuple[str, Sc
                 day = case_day(calibration, part, partner)
                 p = project(inputs, launches, repetitions, count, cases, margin, day or Day())
                 resolved = "" if calibration is None else (
-                    f", tells apart {smallest_resolved(p.se, p.df):.1%} (the day alone: "
+                    f", tells {smallest_resolved(p.se, p.df):.1%} from none (the day alone: "
                     f"{day_floor(day, cases):.1%})" if day is not None else ", this study's day only")
                 lines.append(f"  {claims}: {what}, {part}: {cases} case(s): half-width {_pct(p.half_width)}, "
                              + ", ".join(f"power {v:.0%} at {e:.0%}" for e, v in p.power.items())
                              + f", alike within ±{margin:.0%} at 0: {p.equivalence:.0%}{resolved}")
         if calibration is not None:
-            lines.append(f"what this host tells apart with this config (α = {ALPHA}, power {POWER:.0%}, one-sided): "
-                         f"{smallest_resolved(case.se, case.df):.1%} per case; no number of launches below "
-                         f"{day_floor(worst):.1%} per case (the day's variance does not shrink with launches)")
+            lines.append(f"what this host tells apart from no difference with this config (α = {ALPHA}, power "
+                         f"{POWER:.0%}, one-sided): {smallest_resolved(case.se, case.df):.1%} per case; no number of "
+                         f"launches below {day_floor(worst):.1%} per case (the day's variance does not shrink with "
+                         "launches)")
     fewest = min((c for _, _, parts in claim_parts(scenarios) for c in parts.values()), default=1)
     need_case = launches_needed(inputs, n_rec, count, target_case, day=worst)
     need_claim = launches_needed(inputs, n_rec, count, target_claim, cases=fewest, day=worst)
