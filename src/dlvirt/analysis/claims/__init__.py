@@ -66,7 +66,8 @@ PART_COLUMNS = ["part", "margin", "ratio", "ratio_low", "ratio_high", "df", "lau
 COLUMNS = ["id", "claim", "source", "verdict", "reading", "evidence", "test", "figures", *PART_COLUMNS, "p_holds",
            "p_fails", "calibration"]
 MODEL = ("contrast of the launch-level model log(launch mean) ~ scenario + round (+ node) per site, tool and "
-         "hardware, a residual variance per platform where their spreads differ; 90 % interval of the ratio")
+         "hardware, a residual variance per platform where their spreads differ (with claims.calibration, plus its "
+         "day-to-day variance, on at most its df); 90 % interval of the ratio")
 FAMILY = f"Holm across the study's tested claims, family-wise α = {ALPHA:g} for each verdict"
 
 
