@@ -1,6 +1,5 @@
-"""Interference: whose time the launch's own CPUs gave during a repetition (the launch's, its
-platform's, other processes'), the rerun rule for disturbed launches, and a real competing
-process pinned onto a real BM launch's CPU."""
+"""Interference: the rerun rule for disturbed launches, and a real competing process pinned onto a
+real BM launch's CPU, seen from the host (``system.whose``; its own tests: test_whose.py)."""
 
 from __future__ import annotations
 
@@ -19,57 +18,9 @@ from dlvirt.cli import main
 from dlvirt.core.machinetime import launch_machine_s
 from dlvirt.core.records import JobResult, Repetition
 from dlvirt.run import interference
-from dlvirt.system import cgroups, observe, topology
+from dlvirt.system import cgroups, topology
 
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def snapshot(busy: int, own: dict[str, int], platform: dict[str, tuple[int, bool, str]],
-             other: dict[str, tuple[int, bool, str]], at: float, steal: int = 0) -> dict:
-    return {"monotonic_s": at, "busy": busy, "steal": steal, "own": own, "platform": platform, "other": other}
-
-
-def test_others_time_is_the_cpus_busy_time_less_the_launchs_and_the_platforms():
-    # the platform's and others' processes: pid:start -> (ticks, last seen on the launch's CPUs, name)
-    before = snapshot(1000, {"10:1": 300}, {"2:0": (50, True, "kworker/0"), "7:3": (20, True, "dlvirt")},
-                      {"99:5": (10, True, "editor"), "98:5": (10, False, "far")}, at=0.0)
-    # 2 CPUs for 1 s = 2 * TICK ticks; busy grew by TICK: the launch 0.6 TICK, the platform 0.1 TICK
-    # (the process that moved off the launch's CPUs is not counted), others 0.3 TICK
-    after = snapshot(1000 + TICK, {"10:1": 300 + int(0.6 * TICK)},
-                     {"2:0": (50 + int(0.1 * TICK), True, "kworker/0"), "7:3": (90, False, "dlvirt")},
-                     {"99:5": (10 + int(0.3 * TICK), True, "editor"), "120:9": (0, True, "agent"),
-                      "98:5": (10 + TICK, False, "far")}, at=1.0, steal=TICK // 10)
-    found = observe.CpuAccounting.between(before, after, cpus=2)
-    assert found["others_on_cpus_s"] == pytest.approx(0.3, abs=2 / TICK)
-    assert found["others_on_cpus_share"] == pytest.approx(0.15, abs=1 / TICK)
-    assert found["platform_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
-    assert found["steal_on_cpus_s"] == pytest.approx(0.1, abs=1 / TICK)
-    # the others seen on the launch's CPUs by name; one that used nothing, or ran elsewhere, is not named
-    assert list(found["others_seen"]) == ["editor"]
-
-
-def test_a_launch_process_that_ended_keeps_its_time_in_the_launchs():
-    """A child that ended and was reaped moved its time into its parent's cutime/cstime: the
-    launch's total stays whole, so its time is not taken for others'."""
-    before = snapshot(0, {"10:1": 100, "11:2": 40}, {}, {}, at=0.0)
-    # 10 ran 50 ticks more; 11 ran 40 more, ended, and its 80 moved into 10's cutime/cstime
-    after = snapshot(90, {"10:1": 100 + 50 + 80}, {}, {}, at=1.0)
-    assert observe.CpuAccounting.between(before, after, cpus=1)["others_on_cpus_s"] == 0
-
-
-def test_this_process_and_its_child_count_as_the_launchs_and_a_stranger_as_others():
-    accounting = observe.CpuAccounting(sorted(os.sched_getaffinity(0)), platform_owns_visible=False)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        found = accounting.snapshot()
-        own = {key.split(":")[0] for key in found["own"]}
-        assert {str(os.getpid()), str(child.pid)} <= own
-        assert str(os.getppid()) not in {key.split(":")[0] for key in found["other"]}  # an ancestor: the platform's
-        virtualised = observe.CpuAccounting(list(accounting.cpus), platform_owns_visible=True).snapshot()
-        assert not virtualised["other"]  # in a container or guest every visible process is the launch's or platform's
-    finally:
-        child.kill()
-        child.wait()
 
 
 def repetition(share: float | None, seconds: float = 0.5) -> Repetition:
@@ -202,17 +153,19 @@ def test_the_report_says_what_share_shared_their_cores_and_when_a_claim_owes_its
     assert claim_note("holds", row) is None
     assert claim_note("inconclusive", row.assign(disturbed_share=0.05)) is None
     assert host_words(row.assign(disturbed_share=float("nan")), []).startswith("not judged")
-    # a guest's row, never judged, is counted apart: it keeps what interference there was
-    guest = row.assign(disturbed_share=float("nan"), scenario="guest")
-    assert "1 row(s) not judged (a guest sees only itself" in host_words(pd.concat([row, guest]), records)
+    # a row never judged (older results) is counted apart: it keeps what interference there was
+    older = row.assign(disturbed_share=float("nan"), scenario="older")
+    assert "1 row(s) not judged (results recorded before the host read" in host_words(pd.concat([row, older]), records)
 
 
-def test_only_a_harness_on_this_hosts_kernel_is_judged():
-    """A container shares the host's kernel (its boot id); a guest boots its own and is not judged."""
+def test_only_repetitions_the_host_accounted_are_judged():
+    """Every platform's repetitions are judged once the host accounted them (guests included);
+    a record without the host's account (older results) is not."""
     from dlvirt.analysis.claims.simulate import Design
     from dlvirt.analysis.interference_simulate import template
 
     rep = template(Design(launches=2, repetitions=2)).runs[0]
-    assert interference.judged([dataclasses.replace(rep, observed={"boot_id": observe.boot_id()})])
-    assert not interference.judged([dataclasses.replace(rep, observed={"boot_id": "another kernel"})])
-    assert not interference.judged([rep]) and not interference.judged([])
+    host = dataclasses.replace(rep, telemetry={"accounted_from": "host", "others_on_cpus_share": 0.0})
+    assert interference.judged([host, host])
+    assert not interference.judged([host, dataclasses.replace(rep, telemetry={"others_on_cpus_share": 0.0})])
+    assert not interference.judged([dataclasses.replace(rep, telemetry=None)]) and not interference.judged([])

@@ -219,6 +219,9 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         "others_on_cpus_cores": mean_of([r.telemetry["others_on_cpus_s"] / r.telemetry["window_s"] for r in runs
                                          if r.telemetry and r.telemetry.get("others_on_cpus_s") is not None
                                          and r.telemetry.get("window_s")]),
+        "platform_on_cpus_cores": mean_of([r.telemetry["platform_on_cpus_s"] / r.telemetry["window_s"] for r in runs
+                                           if r.telemetry and r.telemetry.get("accounted_from") == "host"
+                                           and r.telemetry.get("window_s")]),
         # the marks the runner set by the threshold (run.interference); unmarked results: NaN
         "disturbed_share": mean_of([float(r.telemetry["disturbed"]) for r in runs
                                     if r.telemetry and r.telemetry.get("disturbed") is not None]),

@@ -100,12 +100,14 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("throttled_s", "float", "mean CFS throttled time per repetition (s)"),
     Column("steal_pct", "float", "mean steal time, % of the repetition (inside a guest)"),
     Column("others_on_cpus_cores", "float",
-           "mean cores that processes other than the launch's and its platform's took on the launch's own CPUs "
-           "during a counted repetition (docs/measurement.md, Interference; a guest's: its vCPUs, its own view); "
-           "NaN in older results"),
+           "mean cores that processes other than the launch's and its platform's took on the launch's own host CPUs "
+           "during a counted repetition, read from the host (docs/measurement.md, Interference); NaN in older results"),
+    Column("platform_on_cpus_cores", "float",
+           "mean cores the platform's own processes (dlvirt, the engines, a VMM's non-vCPU threads, kernel threads) "
+           "took on the launch's host CPUs during a counted repetition; never interference; NaN in older results"),
     Column("disturbed_share", "float",
            "share of the counted repetitions disturbed: others took more than study.interference.disturbed_above "
-           "of their CPUs' time (those the rerun rule left in, marked); NaN where not judged (guests, older results)"),
+           "of their CPUs' time (those the rerun rule left in, marked); NaN where not judged (older results)"),
     Column("reruns", "int", "launch attempts the rerun rule (study.interference) discarded and ran again"),
     Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
     Column("major_faults", "float",

@@ -60,8 +60,9 @@ def host_words(frame: pd.DataFrame, records: list[JobResult]) -> str:
                  f"scenario (median over {slower[1]} scenario(s))")
     unjudged = frame[frame["disturbed_share"].isna() & (frame["reps"] > 0)]
     if not unjudged.empty:
-        text += (f"; {len(unjudged)} row(s) not judged (a guest sees only itself: the host's other processes show "
-                 "as its steal_pct, and its launches are never run again, so they keep what interference there was)")
+        text += (f"; {len(unjudged)} row(s) not judged (results recorded before the host read whose time the "
+                 "launch's CPUs gave, or a guest whose start-up could not be timed: never run again, so they keep "
+                 "what interference there was)")
     return text
 
 

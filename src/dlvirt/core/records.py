@@ -225,21 +225,16 @@ class HarnessJob(Record):
     warmup_share: float = 1.0
     weights: dict[str, Any] | None = None  # the weights resource as the runner verified it: path, sha256
     turns: str | None = None  # JobSpec.turns
-    # a virtualised platform: every process the harness sees besides its own is the platform's
-    # (observe.CpuAccounting); on bare metal only its ancestors and kernel threads are
-    platform_owns_visible: bool = False
 
     @classmethod
-    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str, weights: dict[str, Any] | None = None,
-           platform_owns_visible: bool = False) -> HarnessJob:
+    def of(cls, spec: JobSpec, dataset_dir: str, run_id: str, weights: dict[str, Any] | None = None) -> HarnessJob:
         return cls(tool=spec.tool, app=spec.app, scenario=spec.scenario, scenario_name=spec.scenario.name,
                    repetitions=spec.repetitions, warmup_repetitions=spec.warmup_repetitions,
                    threads=spec.threads, batch_size=spec.batch_size, loadgen=spec.loadgen,
                    app_settings=spec.app_settings, dataset_dir=dataset_dir, run_id=run_id,
                    tool_settings=spec.tool_settings,
                    pipeline=spec.pipeline, warmup_tolerance=spec.warmup_tolerance,
-                   warmup_share=spec.warmup_share, weights=weights, turns=spec.turns,
-                   platform_owns_visible=platform_owns_visible)
+                   warmup_share=spec.warmup_share, weights=weights, turns=spec.turns)
 
 
 @dataclass(frozen=True)

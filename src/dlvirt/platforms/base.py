@@ -21,7 +21,7 @@ from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import held
 from dlvirt.core.untrusted import Budget, OutputRefused
-from dlvirt.system import gpu, topology
+from dlvirt.system import gpu, topology, whose
 from dlvirt.system.engines import Daemon
 from dlvirt.system.hostinfo import Capabilities
 
@@ -281,6 +281,11 @@ class Platform(ABC):
     @abstractmethod
     def teardown(self) -> None:
         """Remove everything provision/run created. Must be safe to call twice and after a failure."""
+
+    def launch_tasks(self) -> whose.Launch:
+        """Which host processes are the launch while it runs (``whose``, asked from another thread):
+        here the runner's descendants, the harness process bare metal starts."""
+        return whose.Launch()
 
     def describe(self) -> dict[str, Any]:
         """Facts about the platform as measured (engine, versions, accelerator) for result files."""

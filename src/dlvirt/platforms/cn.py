@@ -42,7 +42,7 @@ from dlvirt.core.signals import held, start_thread, wait_thread
 from dlvirt.core.untrusted import printable_bytes
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import Expected, Platform, PlatformError, copy_regular_files, job_input_paths
-from dlvirt.system import docker_engine, engine_versions
+from dlvirt.system import docker_engine, engine_versions, whose
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
@@ -335,6 +335,11 @@ class Container(Platform):
             image=self.image_label, privileges=PRIVILEGES, mems=self.placement.mems if self.placement else None,
             sockets=self.placement.sockets if self.placement else None,
             nodes=self.placement.nodes if self.placement else None)
+
+    def launch_tasks(self) -> whose.Launch:
+        """The processes in the container's cgroup (none before it is created); what serves it is the platform's."""
+        container = getattr(self, "container", None)
+        return whose.Launch(runner_children=False, cgroup=None if container is None else container.id)
 
     @property
     def container_name(self) -> str:

@@ -37,7 +37,7 @@ from dlvirt.core.signals import held
 from dlvirt.core.untrusted import MAX_BYTES, MAX_ENTRIES, Budget, OutputRefused, check_name, printable
 from dlvirt.platforms import guestimage
 from dlvirt.platforms.base import Expected, Platform, PlatformError, VerificationError, job_input_paths
-from dlvirt.system import private, vmm_ids
+from dlvirt.system import private, vmm_ids, whose
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.observe import privileges
 
@@ -603,6 +603,11 @@ class GuestPlatform(Platform):
         if ready is None or run is None or run.boot_s is None or script is None:
             return None
         return self.staged_unix - run_started_unix + run.boot_s + ready - script
+
+    def launch_tasks(self) -> whose.Launch:
+        """The VMM's vCPU threads (none before it starts); its other threads and the runner's helpers
+        are the platform's."""
+        return whose.Launch(runner_children=False, vmm=self._vmm_pid())
 
     def describe(self) -> dict[str, Any]:
         run = self.last_run

@@ -1,34 +1,54 @@
 """Launches that shared their CPUs with other processes, and the rule that runs them again
 (``study.interference``).
 
-A counted repetition is *disturbed* when other processes took more than ``disturbed_above`` of its
-CPUs' time while it ran (``others_on_cpus_share``: ``observe.CpuAccounting`` says whose time counts
-as the launch's, the platform's or others'), and more than the accounting's own resolution
-(``observe.ACCOUNTING_TICKS`` ticks). A launch with a disturbed counted repetition is run again
-in the same job, so in the same round, at most ``reruns`` times; the last attempt is the one
+The runner reads from the host whose time the launch's host CPUs gave while the platform ran it
+(``system.whose``: the launch's, its platform's, others') and puts each repetition's share into its
+telemetry (``accounted``). A counted repetition is *disturbed* when other processes took more than
+``disturbed_above`` of its CPUs' time (``others_on_cpus_share``), and more than the accounting's own
+resolution (``whose.ACCOUNTING_TICKS`` ticks); the platform's own processes (dockerd, a container's
+shim, QEMU's non-vCPU threads) never count. A launch with a disturbed counted repetition is run
+again in the same job, so in the same round, at most ``reruns`` times; the last attempt is the one
 recorded, marked when it is still disturbed. The rule reads only that outside signal, never a
-measured time, and is the same for every scenario it can judge: bare metal's and a container's,
-whose harness runs on this host's kernel. A guest's is not judged (``judged``), so a contrast of a
-guest row with a judged one keeps the guest side's interference (docs/measurement.md). A discarded
-attempt leaves nothing a reader could take for a launch: only the job's one result file, written
-last, is read (``runner.publish_result``); its account (``account``) stays in that record.
+measured time, and is the same for every platform: bare metal, a container and a guest alike
+(a guest's repetitions are placed on the host's clock through its start-up: ``accounted``). A
+discarded attempt leaves nothing a reader could take for a launch: only the job's one result file,
+written last, is read (``runner.publish_result``); its account (``account``) stays in that record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import datetime
 from typing import Any
 
-from dlvirt.core.records import Repetition
-from dlvirt.system.observe import ACCOUNTING_TICKS, boot_id
+from dlvirt.core.records import HarnessOutput, Repetition
+from dlvirt.system.whose import ACCOUNTING_TICKS, Sampler
+
+
+def accounted(harness: HarnessOutput, sampler: Sampler, ready_host_s: float | None) -> HarnessOutput:
+    """``harness`` with each repetition's telemetry holding the host's account of its window
+    (``whose.window``: the launch's, the platform's and others' time on its CPUs). The harness timed
+    its repetitions on its platform's clock; ``ready_host_s``, the host's time of its ready point
+    (the run's start plus ``Platform.startup_s``), places them on the host's: the same clock for
+    bare metal and a container, a guest's own shifted by the difference (good to the start marker's
+    polling interval). Unchanged where that is unknown or the readings do not cover a repetition."""
+    ready = (harness.timeline or {}).get("ready_unix")
+    if ready_host_s is None or ready is None:
+        return harness
+    shift = ready_host_s - float(ready)
+
+    def one(run: Repetition) -> Repetition:
+        found = sampler.window(datetime.fromisoformat(run.started_utc).timestamp() + shift,
+                               datetime.fromisoformat(run.finished_utc).timestamp() + shift)
+        return run if found is None else dataclasses.replace(run, telemetry={**(run.telemetry or {}), **found})
+
+    return dataclasses.replace(harness, runs=[one(r) for r in harness.runs], warmups=[one(r) for r in harness.warmups])
 
 
 def judged(runs: list[Repetition]) -> bool:
-    """Can the rule judge these repetitions: did the harness run on this host's kernel (bare metal,
-    a container)? A guest's own kernel sees only the guest: the host's other processes on its
-    vCPUs' host CPUs show there as steal, mixed with QEMU's own threads, so its launches are not judged."""
-    return bool(runs) and runs[0].observed.get("boot_id") == boot_id()
+    """Can the rule judge these repetitions: did the host account every one of them (``accounted``)?"""
+    return bool(runs) and all((r.telemetry or {}).get("accounted_from") == "host" for r in runs)
 
 
 def disturbed(telemetry: dict[str, Any] | None, above: float) -> bool | None:
@@ -58,9 +78,12 @@ def attempt(number: int, runs: list[Repetition], total_s: float) -> dict[str, An
     for run in runs:
         for name, seconds in ((run.telemetry or {}).get("others_seen") or {}).items():
             seen[name] = round(seen.get(name, 0.0) + seconds, 2)
+    platform = [r.telemetry["platform_on_cpus_share"] for r in runs
+                if r.telemetry and r.telemetry.get("platform_on_cpus_share") is not None]
     return {"attempt": number, "counted": len(runs),
             "disturbed": sum(bool((r.telemetry or {}).get("disturbed")) for r in runs),
             "others_share_max": round(max(shares), 4) if shares else None,
+            "platform_share_max": round(max(platform), 4) if platform else None,
             "others_seen": dict(sorted(seen.items(), key=lambda kv: -kv[1])[:3]), "total_s": round(total_s, 4)}
 
 

@@ -83,21 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     # another process's turns on these CPUs before each repetition and after the last (dlvirt.run.turns);
     # leaving early closes the socket, which ends the other side's turns too
     turns = None if job.turns is None else Turns(Path(job.turns))
-    # whose time the launch's CPUs gave during each repetition: its own, its platform's, or others'
-    accounting = observe.CpuAccounting(observed["affinity"], job.platform_owns_visible)
     while stopped is None:
         if turns is not None:
             turns.take(rep)
         # the tool's own warm-up (a Server launch calibrating its rate) counts as a warm-up too
         warming = rep < job.warmup_repetitions or timer.calibrating()
         rep_start = time.perf_counter()
-        before = observe.counters(accounting)
+        before = observe.counters()
         # GPU scenarios: the GPUs are sampled while the repetition runs (dlvirt.system.gpu)
         with gpu.sampled(job.scenario.processor == "GPU") as sampler, observe.ThreadSampler() as threads:
             share = job.warmup_share if warming and rep == 0 else 1.0
             record = timer.time(rep, out_dir, estimate_qps, warmups, share)
             # the kernel's counters end with the repetition, before the GPU sampler may read on after it
-            after = observe.counters(accounting)
+            after = observe.counters()
         telemetry = observe.telemetry(before, after, threads)
         # a model held in another process (the tool's own) has nothing to ask: {}
         used = None if sampler is None else gpu.repetition_record(sampler, host.gpu_state())

@@ -26,7 +26,7 @@ from dlvirt.platforms.base import Expected, Platform, PlatformError, Verificatio
 from dlvirt.run import interference
 from dlvirt.run.cleanup import remove_stale_local
 from dlvirt.run.repetitions import count_problem, warmup_problem
-from dlvirt.system import benchlock, keepaway
+from dlvirt.system import benchlock, keepaway, whose
 from dlvirt.system.hostinfo import capabilities, memory_bytes, node_identity, slurm_allocation
 
 # A job's work directory, next to its run file: WORK_PREFIX + run id + random; removed when the job
@@ -115,8 +115,11 @@ def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path,
         cpus = None if platform.placement is None else tuple(platform.placement.cpus)
         with keepaway.others_away(spec.keep_others_away, cpus, slurm_allocation() is not None, say) as kept_away:
             run_started = time.time()
-            harness = platform.run(job, timeout_s=float(spec.timeout_s))
+            # whose time the launch's host CPUs gave meanwhile, read from the host (dlvirt.system.whose)
+            with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks) as sampler:
+                harness = platform.run(job, timeout_s=float(spec.timeout_s))
         in_run = platform.startup_s(harness, run_started)
+        harness = interference.accounted(harness, sampler, None if in_run is None else run_started + in_run)
         expected = platform.expected()
         # analysis tells bare metal from the rest by this, without importing a platform
         described = {**platform.describe(), "virtualised": cls.kind.virtualised}
@@ -141,8 +144,7 @@ def _launch(cls: type[Platform], spec: JobSpec, run_id: str, workdir: Path,
     # the weights resource, checked against its checksum file here, before any platform exists
     weights = None if spec.weights_file is None else verified_weights(Path(spec.weights_file).resolve())
     weights_check_s = time.time() - started
-    job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights,
-                        platform_owns_visible=cls.kind.virtualised)
+    job = HarnessJob.of(spec, dataset_dir=str(Path(spec.dataset_dir).resolve()), run_id=run_id, weights=weights)
     rule = spec.interference
     attempts: list[dict[str, Any]] = []  # the rerun rule's account (run.interference)
     while True:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import dataclasses
 import os
 import platform
 import resource
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from dlvirt.system import cgroups, topology
+from dlvirt.system import cgroups, topology, whose
 
 # Written into dlvirt's CN image at build time (envs/cn.Dockerfile).
 IMAGE_TAG_FILE = "/etc/dlvirt-image"
@@ -207,170 +206,28 @@ def _proc_stat_cpu() -> list[int]:
     return []
 
 
-# /proc/<pid>/stat's flags bit of a kernel thread (include/linux/sched.h)
-PF_KTHREAD = 0x00200000
-# Per-CPU and per-process times are sampled at the scheduler's tick: a repetition's others' time
-# is good to about this many ticks either way (its own and the platform's are read at other instants)
-ACCOUNTING_TICKS = 3
-
-
-def _proc_stat_per_cpu(cpus: tuple[int, ...]) -> dict[int, list[int]]:
-    """The ``cpuN`` lines of /proc/stat for ``cpus`` (ticks: user nice system idle iowait irq softirq steal ...)."""
-    wanted = {f"cpu{c}": c for c in cpus}
-    found: dict[int, list[int]] = {}
-    for line in Path("/proc/stat").read_text().splitlines():
-        name, _, values = line.partition(" ")
-        if name in wanted:
-            found[wanted[name]] = [int(v) for v in values.split()]
-    return found
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessTicks:
-    ppid: int
-    comm: str
-    ticks: int        # utime + stime
-    children: int     # cutime + cstime: its reaped children's
-    processor: int    # the CPU it last ran on
-    kernel: bool      # a kernel thread
-
-
-def _processes() -> dict[tuple[int, int], ProcessTicks]:
-    """Every process this kernel (or PID namespace: a container sees its own) shows, keyed by pid
-    and start time (a reused pid is another process)."""
-    found: dict[tuple[int, int], ProcessTicks] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:  # it ended between listing and reading
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        found[(int(name), int(fields[19]))] = ProcessTicks(
-            ppid=int(fields[1]), comm=stat[stat.index("(") + 1:stat.rindex(")")],
-            ticks=int(fields[11]) + int(fields[12]), children=int(fields[13]) + int(fields[14]),
-            processor=int(fields[36]), kernel=bool(int(fields[6]) & PF_KTHREAD) or int(fields[1]) == 2)
-    return found
-
-
-class CpuAccounting:
-    """Whose CPU time the launch's own CPUs gave during a repetition: the launch's (this process and
-    its descendants), the platform's, or other processes'.
-
-    The platform's are the processes this kernel shows that serve the launch: the harness's
-    ancestors (the runner, Snakemake: dlvirt's own harness) and kernel threads (the kernel every
-    platform runs on); in a virtualised platform (``platform_owns_visible``) every process the
-    harness sees besides its own, because a container's PID namespace holds only the launch's and
-    a guest runs only its own kernel, init and (VMCN) engine. Other processes' time on these CPUs
-    is what is left of their busy time (user + nice + system; interrupts are the kernel's) once the
-    launch's and the platform's visible processes' are taken off: so it also holds processes the
-    harness cannot see. Inside a container those are the engine's host processes (dockerd,
-    containerd-shim), counted as others although they serve the launch; inside a guest the host's
-    processes and QEMU's threads are outside the guest's CPU accounting: they show as steal only."""
-
-    def __init__(self, cpus: list[int], platform_owns_visible: bool) -> None:
-        self.cpus = tuple(cpus)
-        self.platform_owns_visible = platform_owns_visible
-        self.own_pid = os.getpid()
-        self.ancestors = self._ancestors()
-
-    def _ancestors(self) -> set[int]:
-        found, pid = set(), os.getppid()
-        while pid > 1:
-            found.add(pid)
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                break
-            pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        return found
-
-    def snapshot(self) -> dict[str, Any]:
-        per_cpu = _proc_stat_per_cpu(self.cpus)
-        processes = _processes()
-        children: dict[int, list[int]] = {}
-        for pid, _ in processes:
-            children.setdefault(processes[(pid, _)].ppid, []).append(pid)
-        own, todo = set(), [self.own_pid]
-        while todo:
-            pid = todo.pop()
-            own.add(pid)
-            todo += children.get(pid, [])
-        # the launch's: pid:start -> ticks; the platform's and others': pid:start -> (ticks, whether it
-        # last ran on the launch's CPUs, its name)
-        launch: dict[str, int] = {}
-        whose: dict[str, dict[str, tuple[int, bool, str]]] = {"platform": {}, "other": {}}
-        for (pid, start), proc in processes.items():
-            key = f"{pid}:{start}"
-            if pid in own:
-                # a reaped child's time moves into its parent's cutime/cstime: counting both keeps the
-                # launch's total whole when a descendant ends during the repetition
-                launch[key] = proc.ticks + proc.children
-            else:
-                platform = pid in self.ancestors or proc.kernel or self.platform_owns_visible
-                whose["platform" if platform else "other"][key] = (proc.ticks, proc.processor in self.cpus, proc.comm)
-        return {"monotonic_s": time.monotonic(),
-                "busy": sum(sum(t[:3]) for t in per_cpu.values()),
-                "steal": sum(t[7] for t in per_cpu.values() if len(t) > 7), "own": launch, **whose}
-
-    @staticmethod
-    def between(before: dict[str, Any], after: dict[str, Any], cpus: int) -> dict[str, Any]:
-        """A repetition's accounting from two ``snapshot()``s: others' seconds and share of the
-        launch's CPUs' time, the platform's seconds there, steal there, and the three visible other
-        processes that used the most CPU while last seen on those CPUs (names to look for)."""
-        tick = os.sysconf("SC_CLK_TCK")
-
-        def on_cpus(whose: str) -> list[tuple[int, str]]:
-            """What each process ran meanwhile, where it was last seen on the launch's CPUs (exact for
-            per-CPU kernel threads and pinned processes; one that moved counts where it was found last)."""
-            ran = []
-            for key, (ticks, on, name) in after[whose].items():
-                earlier = before[whose].get(key)
-                if on:
-                    ran.append((max(0, ticks - (earlier[0] if earlier else 0)), name))
-            return ran
-
-        # the launch's: every process of it before and after (one that ended is in its parent's total)
-        own = sum(after["own"].values()) - sum(before["own"].values())
-        platform = sum(ticks for ticks, _ in on_cpus("platform"))
-        window = after["monotonic_s"] - before["monotonic_s"]
-        # never more than the CPUs had: the counters tick at other instants than the window's clock
-        others = min(max(0, after["busy"] - before["busy"] - own - platform), round(window * cpus * tick))
-        by_name: collections.Counter[str] = collections.Counter()
-        for ticks, name in on_cpus("other"):
-            if ticks > 0:
-                by_name[name] += ticks
-        return {"window_s": round(window, 4), "others_on_cpus_s": others / tick,
-                "others_on_cpus_share": others / tick / (window * cpus) if window > 0 and cpus else None,
-                "platform_on_cpus_s": platform / tick, "steal_on_cpus_s": (after["steal"] - before["steal"]) / tick,
-                "others_seen": {name: ticks / tick for name, ticks in by_name.most_common(3)}}
-
-
 def background_load(sample_s: float = 1.0) -> dict[str, Any]:
     """The host's background load: the cores other processes (not this process, its descendants or
-    ancestors: the workflow; not kernel threads) kept busy over ``sample_s`` on the CPUs this process
-    may use, and the busiest of them by name."""
-    accounting = CpuAccounting(sorted(os.sched_getaffinity(0)), platform_owns_visible=False)
-    before = accounting.snapshot()
+    ancestors: the workflow; not kernel threads or the engines: ``whose``) kept busy over
+    ``sample_s`` on the CPUs this process may use, and the busiest of them by name."""
+    cpus = frozenset(os.sched_getaffinity(0))
+    runner = whose.ancestors(os.getpid())
+    before = whose.read(cpus, whose.Launch(), runner, os.getpid())
     time.sleep(sample_s)
-    found = CpuAccounting.between(before, accounting.snapshot(), len(accounting.cpus))
-    return {"cpus": len(accounting.cpus), "sample_s": found["window_s"],
+    after = whose.read(cpus, whose.Launch(), runner, os.getpid())
+    found = whose.window([whose.interval(before, after)], before.unix_s, after.unix_s, len(cpus))
+    assert found is not None
+    return {"cpus": len(cpus), "sample_s": found["window_s"],
             "others_cores": found["others_on_cpus_s"] / found["window_s"], "others_seen": found["others_seen"]}
 
 
-def counters(accounting: CpuAccounting | None = None) -> dict[str, Any]:
-    """Cumulative counters a repetition's telemetry is the difference of (``telemetry``); with
-    ``accounting``, whose time the launch's CPUs gave (``CpuAccounting``)."""
+def counters() -> dict[str, Any]:
+    """Cumulative counters a repetition's telemetry is the difference of (``telemetry``)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    found = {"cpu_stat": cgroups.cpu_stat(), "proc_stat": _proc_stat_cpu(),
-             "process_cpu_s": usage.ru_utime + usage.ru_stime, "voluntary_ctx": usage.ru_nvcsw,
-             "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss, "major_faults": usage.ru_majflt,
-             "minor_faults": usage.ru_minflt}
-    if accounting is not None:
-        found["accounting"] = accounting.snapshot()
-        found["accounted_cpus"] = len(accounting.cpus)
-    return found
+    return {"cpu_stat": cgroups.cpu_stat(), "proc_stat": _proc_stat_cpu(),
+            "process_cpu_s": usage.ru_utime + usage.ru_stime, "voluntary_ctx": usage.ru_nvcsw,
+            "involuntary_ctx": usage.ru_nivcsw, "max_rss_kib": usage.ru_maxrss, "major_faults": usage.ru_majflt,
+            "minor_faults": usage.ru_minflt}
 
 
 def process_usage(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -406,8 +263,6 @@ def telemetry(before: dict[str, Any], after: dict[str, Any], sampler: ThreadSamp
     if len(ticks) > 4 and "process_cpu_s" in before:
         busy_s = (total - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
         found["others_cpu_s"] = max(0.0, busy_s - (after["process_cpu_s"] - before["process_cpu_s"]))
-    if "accounting" in before and "accounting" in after:
-        found.update(CpuAccounting.between(before["accounting"], after["accounting"], after["accounted_cpus"]))
     if sampler is not None:
         found.update(sampler.summary())
     return found
