@@ -647,3 +647,17 @@ def resident_mappings(path: Path) -> list[tuple[int, int]]:
         elif current is not None and fields[0] in ("Size:", "Rss:"):
             current.append(int(fields[1]))
     return [(size, rss) for size, rss in found]
+
+
+# a competing process for the interference tests (test_interference, test_platform_cn): its name
+# (/proc/<pid>/comm)
+BUSY = "dlvirt-busy"
+
+
+def busy_process(cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    """A process that keeps ``cpus`` busy, named BUSY, started and left to the caller to end."""
+    code = ("import ctypes, os\n"
+            f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
+            f"os.sched_setaffinity(0, {set(cpus)!r})\n"
+            "while True:\n    pass\n")
+    return subprocess.Popen([sys.executable, "-c", code])

@@ -22,7 +22,17 @@ from pathlib import Path
 import docker
 import pytest
 
-from conftest import IC_SETTINGS, copy_workflow, ic_job_spec, interrupt_at, smoke_config, snakemake, write_config
+from conftest import (
+    BUSY,
+    IC_SETTINGS,
+    busy_process,
+    copy_workflow,
+    ic_job_spec,
+    interrupt_at,
+    smoke_config,
+    snakemake,
+    write_config,
+)
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.core.owner import new_run_id
 from dlvirt.core.records import JobSpec
@@ -31,7 +41,7 @@ from dlvirt.platforms.base import PlatformError
 from dlvirt.platforms.cn import Container, online_cpus
 from dlvirt.run.cleanup import remove_stale_containers
 from dlvirt.run.runner import run_job
-from dlvirt.system import allocator, docker_engine, engines
+from dlvirt.system import allocator, docker_engine, engines, topology
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +127,29 @@ def test_cpus_one_is_a_quota_of_one_core_with_every_host_core_visible(engine, cn
     asked = {"uid": 65534, "euid": 65534, "cap_eff": "0000000000000000", "no_new_privs": 1}
     assert observed["privileges"] == {**asked, "seccomp": 2} and result.expected["privileges"] == asked
     assert result.platform["confinement"]["cap_drop"] == ["ALL"] and result.platform["confinement"]["read_only"]
+
+
+def test_a_process_on_the_containers_cpu_is_others_and_the_engine_is_the_platform(engine, cn_image, ic_dataset,
+                                                                                   tmp_path):
+    """A CN/1/PIN launch beside a real process pinned onto its CPU: the host's account (dlvirt.system.whose)
+    counts that process as others', by name, and the engine that serves the container (dockerd,
+    containerd, the shim) never as others'; the rule marks the repetition (no rerun asked)."""
+    cpus = topology.place(topology.read(), 1, topology.DEFAULT_POLICY, tuple(sorted(os.sched_getaffinity(0)))).cpus
+    busy = busy_process(cpus)
+    try:
+        result = run_job(cn_spec(ic_dataset, cn_image, 1, "PIN", interference={"disturbed_above": 0.05, "reruns": 0}),
+                         tmp_path / "r.json", tmp_path / "lg")
+    finally:
+        busy.kill()
+        busy.wait()
+    assert result.runs[0].observed["affinity"] == list(cpus)
+    for rep in result.runs:
+        seen = rep.telemetry
+        assert seen["accounted_from"] == "host" and seen["launch_on_cpus_s"] > 0
+        assert seen["others_on_cpus_share"] > 0.05 and BUSY in seen["others_seen"] and seen["disturbed"] is True
+        assert not {"dockerd", "containerd", "containerd-shim", "runc"} & set(seen["others_seen"])
+        assert seen["platform_on_cpus_s"] >= 0
+    assert result.interference["attempts"][0]["disturbed"] == len(result.runs) and result.interference["disturbed"]
 
 
 def test_a_deliberately_slowed_container_gets_a_smaller_quota_verified_and_marked(engine, cn_image, ic_dataset,

@@ -6,13 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-from conftest import NOOP_SETTINGS, noop_job_spec
+from conftest import BUSY, NOOP_SETTINGS, busy_process, noop_job_spec
 from dlvirt.analysis.aggregate import summarise_launches
 from dlvirt.cli import main
 from dlvirt.core.machinetime import launch_machine_s
@@ -51,18 +49,6 @@ def test_a_repetition_is_disturbed_above_the_threshold_and_above_the_accountings
     assert account["kept"] == 2 and not account["disturbed"]
     assert "1 of 3 counted repetitions shared their CPUs" in account["attempts"][0]["why"]
     assert "why" not in account["attempts"][1]
-
-
-BUSY = "dlvirt-busy"  # the competing process's name (/proc/<pid>/comm)
-
-
-def busy_process(cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
-    """A process that keeps ``cpus`` busy, named BUSY, started and left to the caller to end."""
-    code = ("import ctypes, os\n"
-            f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
-            f"os.sched_setaffinity(0, {set(cpus)!r})\n"
-            "while True:\n    pass\n")
-    return subprocess.Popen([sys.executable, "-c", code])
 
 
 @pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")

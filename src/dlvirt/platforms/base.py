@@ -216,6 +216,9 @@ class Platform(ABC):
     path_settings: ClassVar[dict[str, str]] = {}
     # a pinned scenario's CPUs and memory nodes, chosen by provision (None: not pinned)
     placement: topology.Placement | None = None
+    # the launch's processes start in the runner's cgroup (bare metal, a VMM the runner starts), not
+    # in one its engine makes: what keep_others_away's cgroup v2 partition needs (system.keepaway_v2)
+    launch_in_runner_cgroup: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

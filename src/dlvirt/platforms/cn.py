@@ -92,6 +92,7 @@ def online_cpus() -> tuple[int, ...]:
 class Container(Platform):
     kind = PlatformKind(name="CN", title="container on the host's Docker engine", order=1, colour=1,
                         virtualised=True, image=CONTAINER_IMAGE)
+    launch_in_runner_cgroup = False  # dockerd makes the container's
     # the OCI runtime when its section names none
     default_runtime: ClassVar[str] = RUNC
 

@@ -261,6 +261,7 @@ def passthrough_unavailable(settings: dict[str, Any], section: str) -> str | Non
 class VirtualMachine(GuestPlatform):
     kind = PlatformKind(name="VM", title="virtual machine: QEMU through libvirt", order=2, colour=2,
                         virtualised=True, image="full", gpu_image="gpu")
+    launch_in_runner_cgroup = False  # libvirtd starts QEMU in a cgroup of its own
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:

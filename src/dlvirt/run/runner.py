@@ -110,19 +110,25 @@ def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path,
     # allow_emulation rides along: a guest whose KVM boot probe fails may fall back to TCG
     settings = {**spec.platform_settings, "allow_emulation": spec.allow_emulation}
     print(f"[dlvirt] {scenario.name} job {run_id}: provisioning", flush=True)
-    with cls(scenario, settings, workdir, run_id) as platform:
-        # the launch's CPUs are known once provisioned; others go back before the teardown
-        cpus = None if platform.placement is None else tuple(platform.placement.cpus)
-        with keepaway.others_away(spec.keep_others_away, cpus, slurm_allocation() is not None, say) as kept_away:
-            run_started = time.time()
-            # whose time the launch's host CPUs gave meanwhile, read from the host (dlvirt.system.whose)
-            with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks) as sampler:
-                harness = platform.run(job, timeout_s=float(spec.timeout_s))
-        in_run = platform.startup_s(harness, run_started)
-        harness = interference.accounted(harness, sampler, None if in_run is None else run_started + in_run)
-        expected = platform.expected()
-        # analysis tells bare metal from the rest by this, without importing a platform
-        described = {**platform.describe(), "virtualised": cls.kind.virtualised}
+    kept: list[dict[str, Any] | None] = []
+    try:
+        with cls(scenario, settings, workdir, run_id) as platform:
+            # the launch's CPUs are known once provisioned; others go back before the teardown
+            cpus = None if platform.placement is None else tuple(platform.placement.cpus)
+            with keepaway.others_away(spec.keep_others_away, cpus, slurm_allocation() is not None, say,
+                                      cls.launch_in_runner_cgroup) as kept_away:
+                kept.append(kept_away)
+                run_started = time.time()
+                # whose time the launch's host CPUs gave meanwhile, read from the host (dlvirt.system.whose)
+                with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks) as sampler:
+                    harness = platform.run(job, timeout_s=float(spec.timeout_s))
+            in_run = platform.startup_s(harness, run_started)
+            harness = interference.accounted(harness, sampler, None if in_run is None else run_started + in_run)
+            expected = platform.expected()
+            # analysis tells bare metal from the rest by this, without importing a platform
+            described = {**platform.describe(), "virtualised": cls.kind.virtualised}
+    finally:  # a v2 partition held the platform's groups until their teardown, just done
+        keepaway.settle(kept[0] if kept else None, say)
     # start-up: the weights check and provisioning, then what the platform timed of its run
     startup = None if in_run is None else run_started - started + in_run
     launch = launch_split(harness, startup, time.time() - started, weights_check_s)

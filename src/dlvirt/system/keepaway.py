@@ -14,9 +14,10 @@ Left where they are, and listed: kernel threads, this runner and what it started
 dlvirt runs (their work for the launch is the platform's), processes of a group whose CPUs are
 all the launch's (another user's pinned container: moving it would change more than placement), and
 any the kernel refuses to move. Nothing but placement (cpuset membership and affinity) is changed.
-Not done, with the reason recorded once: on cgroup v2 (not implemented: it needs a cpuset
-partition), under SLURM (``--exclusive`` keeps other jobs off the node; what is outside the job's
-cgroup is not the job's to move), for an unpinned launch (no CPUs are its own), when fewer than
+On cgroup v2 a cpuset partition does it instead (``keepaway_v2``: the second implementation of
+this interface, ``others_away``). Not done, with the reason recorded once: under SLURM
+(``--exclusive`` keeps other jobs off the node; what is outside the job's cgroup is not the job's to
+move), for an unpinned launch (no CPUs are its own), when fewer than
 ``min_cpus_left`` CPUs would remain for everything else, and without the rights to write cgroups.
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 from dlvirt.core.atomic import read_json, write_json_atomic
 from dlvirt.core.owner import RUN_ID, TAG, is_stale, process_start_time, process_tag
 from dlvirt.core.signals import held
-from dlvirt.system import cgroups, private
+from dlvirt.system import cgroups, keepaway_v2, private
 from dlvirt.system.engines import DAEMON_STATE, RUN_ROOT
 from dlvirt.system.topology import format_cpulist, parse_cpulist
 
@@ -115,15 +116,18 @@ def _groups(scope: Path) -> list[Path]:
     return found
 
 
-def why_not(settings: dict[str, Any], cpus: tuple[int, ...] | None, in_slurm: bool) -> str | None:
-    """Why others cannot be kept off ``cpus`` here (None: they can be tried)."""
+def why_not(settings: dict[str, Any], cpus: tuple[int, ...] | None, in_slurm: bool,
+            launch_in_runner: bool = True) -> str | None:
+    """Why others cannot be kept off ``cpus`` here (None: they can be tried); ``launch_in_runner``:
+    the launch runs in the runner's cgroup (what cgroup v2's partition needs: ``keepaway_v2``)."""
     if cpus is None:
         return "the launch is not pinned (VNL): no CPUs are its own"
     if in_slurm:
         return ("under SLURM, --exclusive keeps other jobs off the node; processes outside the job's "
                 "cgroup are not the job's to move")
-    if cgroups.version() == 2:
-        return "cgroup v2 is not supported yet (it needs a cpuset partition for the launch's CPUs)"
+    v2 = cgroups.v2_root()
+    if v2 is not None:
+        return keepaway_v2.why_not(v2, settings, cpus, launch_in_runner)
     hierarchy = cgroups.v1_dir("cpuset")
     if hierarchy is None:
         return "no cgroup v1 cpuset hierarchy under /sys/fs/cgroup"
@@ -208,7 +212,14 @@ def _saved_masks(saved: dict[str, Any], returned: list[int]) -> Iterator[tuple[i
 
 
 def restore(state: dict[str, Any]) -> dict[str, Any]:
-    """Put back what ``state`` records: every process in each away group (those forked there too)
+    """Put back what ``state`` records, by the mechanism that moved them (v1's below, v2's partition)."""
+    if state.get("mechanism") == keepaway_v2.MECHANISM:
+        return keepaway_v2.restore(state)
+    return _restore_v1(state)
+
+
+def _restore_v1(state: dict[str, Any]) -> dict[str, Any]:
+    """Put back what a v1 ``state`` records: every process in each away group (those forked there too)
     to the group it came from, each saved thread's affinity, and remove the away groups."""
     moved_back, masks, problems = 0, 0, []
     for entry in state["groups"]:
@@ -244,33 +255,56 @@ def restore(state: dict[str, Any]) -> dict[str, Any]:
     return {"moved_back": moved_back, "affinities_restored": masks, "problems": problems}
 
 
+def _saved_threads(cpus: tuple[int, ...], exempt: set[int]) -> dict[str, Any]:
+    """pid -> start, comm, its threads' affinity: every process but ``exempt`` and kernel threads
+    with a thread allowed on ``cpus`` (whose masks a v2 partition changes)."""
+    saved = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        if pid in exempt or _is_kernel_thread(pid):
+            continue
+        threads = _threads(pid)
+        if any(set(mask) & set(cpus) for _, mask in threads.values()):
+            saved[str(pid)] = {"start": process_start_time(pid), "comm": _comm(pid), "threads": threads}
+    return saved
+
+
 @contextlib.contextmanager
 def others_away(settings: dict[str, Any] | None, cpus: tuple[int, ...] | None, in_slurm: bool,
-                say: Callable[[str], None]) -> Iterator[dict[str, Any] | None]:
-    """Keep other processes off ``cpus`` for the block, as ``settings`` (keep_others_away) asks; yields
-    the record of what was done (None when not asked), completed with how it was undone."""
+                say: Callable[[str], None], launch_in_runner: bool = True) -> Iterator[dict[str, Any] | None]:
+    """Keep other processes off ``cpus`` for the block, as ``settings`` (keep_others_away) asks, by
+    cgroup v1 cpuset groups (this module) or a cgroup v2 partition (``keepaway_v2``); yields the
+    record of what was done (None when not asked), completed with how it was undone. What a v2
+    partition still holds of the platform's groups is removed by ``settle`` after its teardown."""
     if not settings or not settings.get("enabled"):
         yield None
         return
-    why = why_not(settings, cpus, in_slurm)
+    why = why_not(settings, cpus, in_slurm, launch_in_runner)
     if why is not None:
         say(f"keep_others_away: not done: {why}")
         yield {"done": False, "why": why}
         return
     assert cpus is not None
-    hierarchy = cgroups.v1_dir("cpuset")
-    assert hierarchy is not None
-    scope = hierarchy / str(settings.get("scope", "/")).lstrip("/")
     tag = process_tag()
     path = private.private_dir(STATE_DIR, STATE_WHAT) / f"{tag}.json"
-    state: dict[str, Any] = {"tag": tag, "mechanism": "cgroup v1 cpuset", "scope": str(settings.get("scope", "/")),
-                             "launch_cpus": list(cpus), "groups": [], "left": [], "kernel_threads": 0}
+    v2 = cgroups.v2_root()
+    if v2 is not None:
+        state = keepaway_v2.plan(v2, settings, cpus, tag, os.getpid())
+    else:
+        state = {"tag": tag, "mechanism": "cgroup v1 cpuset", "scope": str(settings.get("scope", "/")),
+                 "launch_cpus": list(cpus), "groups": [], "left": [], "kernel_threads": 0}
     exempt = _descendants({os.getpid(), *_engine_pids()})
     record: dict[str, Any] = {"done": False}
     try:
         with held():  # the moves and their record are done whole, a stop signal is acted on after them
             try:
-                _move_away(hierarchy, scope, cpus, exempt, state, path)
+                if v2 is not None:
+                    keepaway_v2.apply(state, _saved_threads(cpus, _descendants({os.getpid()}) - {os.getpid()}), path)
+                else:
+                    hierarchy = cgroups.v1_dir("cpuset")
+                    assert hierarchy is not None
+                    _move_away(hierarchy, hierarchy / str(settings.get("scope", "/")).lstrip("/"), cpus, exempt,
+                               state, path)
             except OSError as exc:  # no rights after all (a container's read-only cgroups), a group gone
                 record["why"] = f"the cpuset groups could not be changed ({exc})"
         if "why" in record:  # all back before the launch runs
@@ -279,24 +313,40 @@ def others_away(settings: dict[str, Any] | None, cpus: tuple[int, ...] | None, i
             yield record
             return
         record = {"done": True, "mechanism": state["mechanism"], "scope": state["scope"], "launch_cpus": list(cpus),
-                  "moved": {e["cgroup"]: sorted(int(p) for p in e["pids"]) for e in state["groups"]},
-                  "left": state["left"], "kernel_threads_left": state["kernel_threads"]}
-        say(f"keep_others_away: moved {sum(len(p) for p in record['moved'].values())} processes off CPUs "
-            f"{format_cpulist(cpus)}; left {len(state['left'])} and {state['kernel_threads']} kernel threads")
+                  "state": str(path)}
+        if v2 is not None:
+            record.update(partition=state["partition"], affinities_saved=len(state["saved"]))
+            say(f"keep_others_away: CPUs {format_cpulist(cpus)} are a cpuset partition of their own "
+                f"({state['partition']}); every other process left them")
+        else:
+            record.update(moved={e["cgroup"]: sorted(int(p) for p in e["pids"]) for e in state["groups"]},
+                          left=state["left"], kernel_threads_left=state["kernel_threads"])
+            say(f"keep_others_away: moved {sum(len(p) for p in record['moved'].values())} processes off CPUs "
+                f"{format_cpulist(cpus)}; left {len(state['left'])} and {state['kernel_threads']} kernel threads")
         yield record
     finally:
         if "restored" not in record:
             record["restored"] = _put_back(state, path, say)
 
 
+def settle(record: dict[str, Any] | None, say: Callable[[str], None]) -> None:
+    """After the platform's teardown: remove what ``others_away`` had to leave (a v2 partition that
+    still held the platform's groups); its state file stays for the next cleanup while a problem is left."""
+    if not record or not record.get("done") or not record.get("restored", {}).get("busy"):
+        return
+    path = Path(record["state"])
+    with contextlib.suppress(FileNotFoundError):
+        record["settled"] = _put_back(read_json(path), path, say)
+
+
 def _put_back(state: dict[str, Any], path: Path, say: Callable[[str], None]) -> dict[str, Any]:
-    """``restore`` with stop signals held; its state file stays for the next cleanup while a
-    problem is left."""
+    """``restore`` with stop signals held; its state file stays for the next cleanup (or ``settle``)
+    while a problem, or a partition still busy, is left."""
     with held():  # a stop signal now would leave processes confined until the next cleanup
         undone = restore(state)
     for problem in undone["problems"]:
         say(f"keep_others_away: {problem}")
-    if not undone["problems"]:
+    if not undone["problems"] and not undone.get("busy"):
         path.unlink(missing_ok=True)
     return undone
 
