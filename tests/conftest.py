@@ -654,10 +654,39 @@ def resident_mappings(path: Path) -> list[tuple[int, int]]:
 BUSY = "dlvirt-busy"
 
 
-def busy_process(cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
-    """A process that keeps ``cpus`` busy, named BUSY, started and left to the caller to end."""
+class Detached:
+    """A process started outside this one's tree (its parent exits at once: init or the nearest
+    subreaper adopts it), as a competing process is: never the runner's descendant, which the
+    host's account (dlvirt.system.whose) would take for the launch's or the platform's."""
+
+    def __init__(self, argv: list[str]) -> None:
+        starter = ("import subprocess, sys\n"
+                   "print(subprocess.Popen(sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL,\n"
+                   "                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)\n")
+        self.pid = int(subprocess.run([sys.executable, "-c", starter, *argv], capture_output=True, text=True,
+                                      check=True).stdout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout_s: float = 10.0) -> None:
+        """Until its adopter reaped it (or it is a zombie no one reaps yet: then it holds no CPU)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if Path(f"/proc/{self.pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                    return
+            except (OSError, IndexError):
+                return
+            time.sleep(0.05)
+
+
+def busy_process(cpus: tuple[int, ...]) -> Detached:
+    """A process that keeps ``cpus`` busy, named BUSY, outside this process's tree, started and
+    left to the caller to end."""
     code = ("import ctypes, os\n"
             f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
             f"os.sched_setaffinity(0, {set(cpus)!r})\n"
             "while True:\n    pass\n")
-    return subprocess.Popen([sys.executable, "-c", code])
+    return Detached([sys.executable, "-c", code])

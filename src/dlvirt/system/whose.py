@@ -137,8 +137,8 @@ def thread_whose(process: Whose, pid: int, thread_comm: str, launch: Launch) -> 
     return "launch" if pid == launch.vmm and VCPU_THREAD.fullmatch(thread_comm) else process
 
 
-def read(cpus: frozenset[int], launch: Launch, runner: set[int], runner_pid: int) -> Reading:
-    """One reading of the launch's CPUs and of every thread on the host."""
+def _cpu_ticks(cpus: frozenset[int]) -> tuple[int, int]:
+    """The busy (user + nice + system) and steal ticks of ``cpus`` so far (/proc/stat)."""
     busy = steal = 0
     wanted = {f"cpu{c}" for c in cpus}
     for line in Path("/proc/stat").read_text().splitlines():
@@ -147,6 +147,14 @@ def read(cpus: frozenset[int], launch: Launch, runner: set[int], runner_pid: int
             ticks = [int(v) for v in values.split()]
             busy += sum(ticks[:3])
             steal += ticks[7] if len(ticks) > 7 else 0
+    return busy, steal
+
+
+def read(cpus: frozenset[int], launch: Launch, runner: set[int], runner_pid: int) -> Reading:
+    """One reading of the launch's CPUs and of every thread on the host. The threads are read one
+    after another: the CPUs' counters and the clock are taken before and after them, and the
+    reading holds their means (its instant is the scan's middle)."""
+    began, (busy_before, steal_before) = time.time(), _cpu_ticks(cpus)
     stats: dict[int, tuple[str, list[str]]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (stat := _stat(f"/proc/{name}/stat")) is not None:
@@ -176,7 +184,9 @@ def read(cpus: frozenset[int], launch: Launch, runner: set[int], runner_pid: int
                     threads[(pid, int(task), int(tf[19]))] = Thread(
                         process=key, ticks=int(tf[11]) + int(tf[12]), on_cpus=int(tf[36]) in cpus,
                         whose=thread_whose(whose, pid, thread_comm, launch))
-    return Reading(unix_s=time.time(), busy=busy, steal=steal, processes=processes, threads=threads)
+    ended, (busy_after, steal_after) = time.time(), _cpu_ticks(cpus)
+    return Reading(unix_s=(began + ended) / 2, busy=(busy_before + busy_after) // 2,
+                   steal=(steal_before + steal_after) // 2, processes=processes, threads=threads)
 
 
 def interval(before: Reading, after: Reading) -> dict[str, Any]:
@@ -236,8 +246,9 @@ def window(intervals: list[dict[str, Any]], start: float, end: float, cpus: int)
     tick = os.sysconf("SC_CLK_TCK")
     span = end - start
     # never more than the CPUs had, never less than nothing: the counters tick at other instants
-    others = min(max(0.0, summed["busy"] - summed["launch"] - summed["platform"]), span * cpus * tick)
-    platform = min(summed["platform"], span * cpus * tick)
+    capacity = span * cpus * tick
+    others = max(0.0, min(summed["busy"], capacity) - summed["launch"] - summed["platform"])
+    platform = min(summed["platform"], capacity)
     return {"window_s": round(span, 4), "accounted_from": "host",
             "launch_on_cpus_s": round(summed["launch"] / tick, 4),
             "others_on_cpus_s": round(others / tick, 4),
