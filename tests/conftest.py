@@ -655,23 +655,28 @@ BUSY = "dlvirt-busy"
 
 
 class Detached:
-    """A process started outside this one's tree (its parent exits at once: init or the nearest
-    subreaper adopts it), as a competing process is: never the runner's descendant, which the
-    host's account (dlvirt.system.whose) would take for the launch's or the platform's."""
+    """A process group started outside this one's tree (its starter exits at once: init or the
+    nearest subreaper adopts it), as a competing process is: never the runner's descendant, which
+    the host's account (dlvirt.system.whose) would take for the launch's or the platform's. It stays
+    in this session, so in the scheduler's autogroup of the launches it competes with: in a session
+    of its own it would compete as one group against this session's, and what it gets would depend
+    on how busy this session is (and on its autogroup's nice)."""
 
     def __init__(self, argv: list[str]) -> None:
         starter = ("import subprocess, sys\n"
-                   "print(subprocess.Popen(sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL,\n"
+                   "print(subprocess.Popen(sys.argv[1:], process_group=0, stdin=subprocess.DEVNULL,\n"
                    "                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)\n")
         self.pid = int(subprocess.run([sys.executable, "-c", starter, *argv], capture_output=True, text=True,
                                       check=True).stdout)
 
     def kill(self) -> None:
+        """Every process of its group."""
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
 
     def wait(self, timeout_s: float = 10.0) -> None:
-        """Until its adopter reaped it (or it is a zombie no one reaps yet: then it holds no CPU)."""
+        """Until its adopter reaped its first process (or it is a zombie no one reaps yet: then it
+        holds no CPU)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
@@ -682,10 +687,13 @@ class Detached:
             time.sleep(0.05)
 
 
-def busy_process(cpus: tuple[int, ...]) -> Detached:
-    """A process that keeps ``cpus`` busy, named BUSY, outside this process's tree, started and
-    left to the caller to end."""
+def busy_process(cpus: tuple[int, ...], per_cpu: int = 2) -> Detached:
+    """Processes that keep ``cpus`` busy, ``per_cpu`` for each (a launch runs a few threads: one
+    spinning process would get a third of a CPU beside two of them), named BUSY, outside this
+    process's tree, started and left to the caller to end."""
     code = ("import ctypes, os\n"
+            f"for _ in range({len(cpus) * per_cpu - 1}):\n"
+            "    if os.fork() == 0:\n        break\n"
             f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
             f"os.sched_setaffinity(0, {set(cpus)!r})\n"
             "while True:\n    pass\n")
