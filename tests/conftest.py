@@ -687,14 +687,26 @@ class Detached:
             time.sleep(0.05)
 
 
-def busy_process(cpus: tuple[int, ...], per_cpu: int = 2) -> Detached:
-    """Processes that keep ``cpus`` busy, ``per_cpu`` for each (a launch runs a few threads: one
-    spinning process would get a third of a CPU beside two of them), named BUSY, outside this
-    process's tree, started and left to the caller to end."""
-    code = ("import ctypes, os\n"
-            f"for _ in range({len(cpus) * per_cpu - 1}):\n"
+def busy_process(cpus: tuple[int, ...], processes: int | None = None) -> Detached:
+    """``processes`` spinning processes on ``cpus`` (default two for each: a launch runs a few
+    threads, and one spinning process would get a third of a CPU beside two of them), named BUSY,
+    outside this process's tree, started and left to the caller to end. They spin only while this
+    process holds the host's benchmark lock (its launch runs): never beside another session's."""
+    from dlvirt.system.benchlock import HOLDER, LOCK_DIR
+
+    code = ("import ctypes, json, os, time\n"
+            f"for _ in range({(processes or 2 * len(cpus)) - 1}):\n"
             "    if os.fork() == 0:\n        break\n"
             f"ctypes.CDLL(None).prctl(15, {BUSY.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n"
             f"os.sched_setaffinity(0, {set(cpus)!r})\n"
-            "while True:\n    pass\n")
+            "while True:\n"
+            "    try:\n"
+            f"        ours = json.loads(open({str(LOCK_DIR / HOLDER)!r}).read())['pid'] == {os.getpid()}\n"
+            "    except (OSError, ValueError, KeyError):\n"
+            "        ours = False\n"
+            "    until = time.monotonic() + 0.05\n"
+            "    while ours and time.monotonic() < until:\n"
+            "        pass\n"
+            "    if not ours:\n"
+            "        time.sleep(0.05)\n")
     return Detached([sys.executable, "-c", code])

@@ -23,6 +23,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def repetition(share: float | None, seconds: float = 0.5) -> Repetition:
     telemetry = {} if share is None else {"others_on_cpus_share": share, "others_on_cpus_s": seconds,
+                                          "others_taken_s": seconds,
                                           "window_s": 1.0, "others_seen": {"agent": seconds}}
     return Repetition(repetition=0, e2e_s=1.0, phases={}, samples=1, batches=1, samples_per_s=1.0, observed={},
                       threads={}, quality={}, started_utc="2026-12-06T00:00:00+00:00",
@@ -85,6 +86,31 @@ def test_a_busy_process_on_the_launchs_cpu_is_seen_and_the_launch_runs_again(tmp
     row = summarise_launches([record])
     assert (row["disturbed_share"], row["reruns"]) == (1.0, 1) and row["others_on_cpus_cores"] > 0.2
     assert not pd.isna(row["mean_s"])
+
+
+@pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU beyond the launch's one core")
+def test_a_busy_process_on_the_cpu_a_vanilla_launchs_quota_leaves_idle_does_not_disturb_it(tmp_path, noop_dataset):
+    """A real BM/1/VNL launch floats on every CPU with one core's quota: a process busy beside it
+    uses the time the quota leaves, is seen, and takes none of the launch's core."""
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
+    loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": 20000}
+    spec = noop_job_spec(noop_dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
+                         interference={"disturbed_above": 0.05, "reruns": 1}, pinning="VNL")
+    run = tmp_path / "runs" / "1.json"
+    busy = busy_process(allowed, processes=len(allowed) - 1)
+    try:
+        assert main(["bench", "--spec", json.dumps(spec), "--output", str(run),
+                     "--loadgen-dir", str(tmp_path / "loadgen")]) == 0
+    finally:
+        busy.kill()
+        busy.wait()
+    record = JobResult.read(run)
+    for rep in record.runs:
+        assert rep.telemetry["launch_cores"] == 1 and BUSY in rep.telemetry["others_seen"]
+        assert rep.telemetry["others_on_cpus_s"] > 0.5 * rep.telemetry["window_s"]
+        assert rep.telemetry["disturbed"] is False, json.dumps(rep.telemetry)
+    assert [a["attempt"] for a in record.interference["attempts"]] == [1]
 
 
 def test_the_rule_adds_no_bias_and_narrows_the_intervals_when_interference_strikes():

@@ -3,6 +3,7 @@ others'; the arithmetic on made-up readings, the classification on this host's r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -57,6 +58,15 @@ def test_others_are_the_cpus_busy_time_less_the_launchs_and_the_platforms():
     half = whose.window([part], 0.25, 0.75, cpus=2)
     assert half is not None and half["launch_on_cpus_s"] == pytest.approx(0.3, abs=1 / TICK)
     assert whose.window([part], -1.0, 0.5, cpus=2) is None and whose.window([], 0.0, 1.0, cpus=2) is None
+    # a 1-core vanilla launch floating on both CPUs: the second core's second, less the platform's
+    # 0.1 s, is others' to use freely; the editor's 0.3 s fit in it, so they took none of the launch's
+    vanilla = whose.window([part], 0.0, 1.0, cpus=2, cores=1)
+    assert vanilla is not None and vanilla["others_on_cpus_s"] == found["others_on_cpus_s"]
+    assert (vanilla["others_taken_s"], vanilla["others_on_cpus_share"], vanilla["launch_cores"]) == (0.0, 0.0, 1)
+    # others busier by 1 s (1.3 s on the two CPUs): 0.4 s beyond the free 0.9 s, a share of 0.4 of the core
+    busier = whose.interval(before, dataclasses.replace(after, busy=after.busy + TICK))
+    crowded = whose.window([busier], 0.0, 1.0, cpus=2, cores=1)
+    assert crowded is not None and crowded["others_on_cpus_share"] == pytest.approx(0.4, abs=2 / TICK)
 
 
 def test_ended_threads_and_reaped_children_stay_their_processs():

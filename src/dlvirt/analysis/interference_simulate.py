@@ -53,6 +53,7 @@ def _repetitions(template: Repetition, times: np.ndarray, shares: np.ndarray) ->
     return [dataclasses.replace(template, repetition=i, e2e_s=float(t), loadgen={"validity": "VALID"},
                                 phases={"pre_s": 0.0, "infer_s": float(t), "post_s": 0.0},
                                 telemetry={"window_s": float(t), "others_on_cpus_s": float(s * t),
+                                           "others_taken_s": float(s * t),
                                            "others_on_cpus_share": float(s), "others_seen": {},
                                            "voluntary_ctx": 0, "involuntary_ctx": 0})
             for i, (t, s) in enumerate(zip(times, shares, strict=True))]

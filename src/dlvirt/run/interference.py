@@ -4,7 +4,9 @@
 The runner reads from the host whose time the launch's host CPUs gave while the platform ran it
 (``system.whose``: the launch's, its platform's, others') and puts each repetition's share into its
 telemetry (``accounted``). A counted repetition is *disturbed* when other processes took more than
-``disturbed_above`` of its CPUs' time (``others_on_cpus_share``), and more than the accounting's own
+``disturbed_above`` of the time its cores could use on its CPUs (``others_on_cpus_share``; others may
+use freely what a vanilla launch's quota leaves idle of the CPUs it floats on), and more than the
+accounting's own
 resolution (``whose.ACCOUNTING_TICKS`` ticks); the platform's own processes (dockerd, a container's
 shim, QEMU's non-vCPU threads) never count. A launch with a disturbed counted repetition is run
 again in the same job, so in the same round, at most ``reruns`` times; the last attempt is the one
@@ -56,7 +58,7 @@ def disturbed(telemetry: dict[str, Any] | None, above: float) -> bool | None:
     if not telemetry or telemetry.get("others_on_cpus_share") is None:
         return None
     return bool(telemetry["others_on_cpus_share"] > above
-                and telemetry["others_on_cpus_s"] > ACCOUNTING_TICKS / os.sysconf("SC_CLK_TCK"))
+                and telemetry["others_taken_s"] > ACCOUNTING_TICKS / os.sysconf("SC_CLK_TCK"))
 
 
 def marked(runs: list[Repetition], above: float) -> list[Repetition]:

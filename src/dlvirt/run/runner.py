@@ -120,7 +120,9 @@ def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path,
                 kept.append(kept_away)
                 run_started = time.time()
                 # whose time the launch's host CPUs gave meanwhile, read from the host (dlvirt.system.whose)
-                with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks) as sampler:
+                # a vanilla launch floats on every CPU but may use only its cores' time of them
+                with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks,
+                                   cores=scenario.cores) as sampler:
                     harness = platform.run(job, timeout_s=float(spec.timeout_s))
             in_run = platform.startup_s(harness, run_started)
             harness = interference.accounted(harness, sampler, None if in_run is None else run_started + in_run)

@@ -226,10 +226,14 @@ def interval(before: Reading, after: Reading) -> dict[str, Any]:
             "names": dict(names)}
 
 
-def window(intervals: list[dict[str, Any]], start: float, end: float, cpus: int) -> dict[str, Any] | None:
+def window(intervals: list[dict[str, Any]], start: float, end: float, cpus: int,
+           cores: float | None = None) -> dict[str, Any] | None:
     """Whose the launch's ``cpus`` CPUs' time was from ``start`` to ``end`` (host clock, seconds):
     the intervals' sums, a partly covered interval in proportion; None where the readings do not
-    cover the window."""
+    cover the window. ``cores``: how many CPUs' time the launch may use of them (a vanilla launch's
+    quota; None: all). Others' share is of those cores' time, counting only what others took beyond
+    the rest (``cpus - cores``, less what the platform used of it): a 1-core launch floating on two
+    CPUs is not disturbed by a process on the core its quota leaves idle."""
     if not intervals or end <= start or start < intervals[0]["t0"] or end > intervals[-1]["t1"]:
         return None
     summed: dict[str, float] = {"busy": 0.0, "steal": 0.0, "launch": 0.0, "platform": 0.0}
@@ -245,14 +249,18 @@ def window(intervals: list[dict[str, Any]], start: float, end: float, cpus: int)
             names[name] += ticks * share  # type: ignore[assignment]
     tick = os.sysconf("SC_CLK_TCK")
     span = end - start
+    usable = min(float(cpus), cores or float(cpus))
     # never more than the CPUs had, never less than nothing: the counters tick at other instants
     capacity = span * cpus * tick
     others = max(0.0, min(summed["busy"], capacity) - summed["launch"] - summed["platform"])
     platform = min(summed["platform"], capacity)
-    return {"window_s": round(span, 4), "accounted_from": "host",
+    spare = max(0.0, (cpus - usable) * span * tick - platform)
+    taken = max(0.0, others - spare)
+    return {"window_s": round(span, 4), "accounted_from": "host", "launch_cores": usable,
             "launch_on_cpus_s": round(summed["launch"] / tick, 4),
             "others_on_cpus_s": round(others / tick, 4),
-            "others_on_cpus_share": round(others / tick / (span * cpus), 4),
+            "others_taken_s": round(taken / tick, 4),
+            "others_on_cpus_share": round(taken / tick / (span * usable), 4),
             "platform_on_cpus_s": round(platform / tick, 4),
             "platform_on_cpus_share": round(platform / tick / (span * cpus), 4),
             "steal_on_cpus_s": round(summed["steal"] / tick, 4),
@@ -265,8 +273,10 @@ class Sampler:
     processes are the launch, asked at each reading (a container or VMM appears as the platform
     starts it)."""
 
-    def __init__(self, cpus: tuple[int, ...], launch: Callable[[], Launch], interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, cpus: tuple[int, ...], launch: Callable[[], Launch], cores: float | None = None,
+                 interval_s: float = INTERVAL_S) -> None:
         self.cpus = frozenset(cpus)
+        self.cores = cores
         self.launch = launch
         self.interval_s = interval_s
         self.intervals: list[dict[str, Any]] = []
@@ -308,4 +318,4 @@ class Sampler:
             self._read()
 
     def window(self, start: float, end: float) -> dict[str, Any] | None:
-        return window(self.intervals, start, end, len(self.cpus))
+        return window(self.intervals, start, end, len(self.cpus), self.cores)
