@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -402,6 +403,36 @@ def test_a_study_with_another_data_root_gets_a_dockerd_of_its_own(engine, tmp_pa
         engines.release(daemon.name, os.getpid())
     assert not docker_engine.answers(docker_engine.engine_url(other)) and engine.ping()
     shutil.rmtree(daemon.run_dir, ignore_errors=True)
+
+
+def test_two_engines_up_at_once_never_fail(engine, tmp_path):
+    """Two workflows' `engines up` at once, each round starting dlvirt's dockerd for a data root of
+    their own and each `engines down` stopping it: no failure in any round (the config file was
+    rewritten outside the engine lock, and two at once failed about 1 time in 120)."""
+    if docker_engine.engine_url(SETTINGS) != docker_engine.own_url(SETTINGS):
+        pytest.skip("the suite uses an engine dlvirt did not start")
+    other = {"CN": {**SETTINGS, "engine": {"host": None, "data_root": str(tmp_path / "docker")}}}
+    (daemon,) = Container.daemons(other)
+    holders = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
+    try:
+        for _ in range(4):
+            ups = [subprocess.Popen([sys.executable, "-m", "dlvirt", "engines", "up", "--holder", str(holder.pid),
+                                     "--state-dir", str(tmp_path / f"state-{holder.pid}"), "--platforms", "CN",
+                                     "--settings", json.dumps(other)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True) for holder in holders]
+            outputs = [up.communicate(timeout=180)[0] for up in ups]
+            assert [up.returncode for up in ups] == [0, 0], outputs
+            assert sorted(" started " in out for out in outputs) == [False, True], outputs  # one started it
+            for holder in holders:
+                subprocess.run([sys.executable, "-m", "dlvirt", "engines", "down", "--holder", str(holder.pid),
+                                "--state-dir", str(tmp_path / f"state-{holder.pid}")], check=True, timeout=120)
+            assert not daemon.probe() and engine.ping()
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+        engines.release(daemon.name, None)
+        shutil.rmtree(daemon.run_dir, ignore_errors=True)
 
 
 def test_second_build_with_nothing_changed_rebuilds_nothing(engine, cn_image, checkout, tmp_path):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,43 @@ def test_cleanup_leaves_directories_that_are_no_daemons_alone():
         assert not (other / "lock").exists()
     finally:
         shutil.rmtree(other, ignore_errors=True)
+
+
+ACQUIRE_LOOP = """
+import os, sys
+from dlvirt.system import engines
+from conftest import port_open
+port, rounds = int(sys.argv[1]), int(sys.argv[2])
+daemon = engines.Daemon(name=sys.argv[3], command=(sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                        str(port)), probe=lambda: port_open(port), ready_timeout_s=20, stop_timeout_s=5,
+                        files=(("config.json", b"{}\\n"),))
+for _ in range(rounds):
+    engines.acquire(daemon, os.getpid())
+"""
+
+
+def test_two_holders_acquiring_at_once_never_fail_and_its_files_are_written_under_the_lock(http_daemon):
+    """Two `engines up` at once, many times: the daemon's files are written only by the holder that
+    starts it, under the run directory's lock (they were rewritten before it by every holder, and
+    two at once failed about 1 time in 120)."""
+    port, tests = int(http_daemon.command[-1]), Path(__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])}
+    loops = [subprocess.Popen([sys.executable, "-c", ACQUIRE_LOOP, str(port), "150", http_daemon.name], env=env,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [loop.communicate(timeout=120)[1] for loop in loops]
+    assert [loop.returncode for loop in loops] == [0, 0], errors
+    assert (http_daemon.run_dir / "config.json").read_bytes() == b"{}\n"
+    assert engines.release_orphans() and not http_daemon.probe()  # both holders gone: stopped
+
+
+def test_dockerd_is_described_without_writing_anything(tmp_path):
+    """What `engines up` asks for (its config file included) is written only once it holds the lock."""
+    from dlvirt.system import docker_engine
+
+    settings = {"engine": {"host": None, "data_root": str(tmp_path / "docker")}}
+    if docker_engine.dockerd_binary() is None or docker_engine.answers(docker_engine.DEFAULT_URL):
+        pytest.skip("needs dockerd installed and no engine on the default socket")
+    daemon = docker_engine.own_daemon(settings, "platforms.CN")
+    assert daemon is not None and daemon.files == (("daemon-config.json", b"{}\n"),)
+    assert str(daemon.run_dir / "daemon-config.json") in daemon.command
+    assert not os.path.lexists(daemon.run_dir)

@@ -256,7 +256,7 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
     import docker
 
     from dlvirt.platforms import container_image
-    from dlvirt.system import docker_engine, engines, private
+    from dlvirt.system import docker_engine, engines
 
     tar = work / "cn-image.tar"
     client = docker_engine.connect(engine_settings, container_image.SETTINGS)
@@ -266,17 +266,9 @@ def _preload_docker_image(rootfs: Path, tag: str, engine_settings: dict[str, Any
                 handle.write(chunk)
     finally:
         client.close()
-    name = f"dockerd-guestimage-{os.getpid()}"
-    run_dir = engines.private_run_dir(name)
-    url = f"unix://{run_dir / 'docker.sock'}"
-    private.create_file(run_dir / "daemon-config.json", b"{}\n")
-    dockerd = shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "dockerd"
-    daemon = engines.Daemon(
-        name=name, probe=lambda: docker_engine.answers(url, timeout_s=1.0),
-        command=(dockerd, "--host", url, "--data-root", str(rootfs / "var/lib/docker"),
-                 "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "dockerd.pid"),
-                 "--config-file", str(run_dir / "daemon-config.json"), "--iptables=false",
-                 "--ip-forward=false", "--bridge=none"))
+    dockerd_path = docker_engine.dockerd_binary() or "dockerd"
+    daemon = docker_engine.dockerd(f"dockerd-guestimage-{os.getpid()}", str(rootfs / "var/lib/docker"), dockerd_path)
+    name, run_dir, url = daemon.name, daemon.run_dir, f"unix://{daemon.run_dir / 'docker.sock'}"
     try:
         engines.acquire(daemon, os.getpid())
         loader = docker.DockerClient(base_url=url, timeout=600)

@@ -29,8 +29,7 @@ import socket
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dlvirt.system import private
-from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError, private_run_dir
+from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError
 
 DEFAULT_URL = "unix:///var/run/docker.sock"
 DAEMON_NAME = "dockerd"
@@ -39,6 +38,7 @@ LABEL_RUN = "dlvirt.run-id"
 LABEL_HOST = "dlvirt.host"
 API_TIMEOUT_S = 120
 DEFAULT_DATA_ROOT = "/var/lib/dlvirt/docker"
+CONFIG_FILE = "daemon-config.json"
 
 
 if TYPE_CHECKING:
@@ -135,21 +135,28 @@ def own_daemon(settings: dict[str, Any], section: str,
     ``runtimes``: the OCI runtimes to register in its config (``daemon_config``)."""
     if configured_url(settings) is not None or answers(DEFAULT_URL):
         return None
-    dockerd = dockerd_binary()
-    if dockerd is None or os.geteuid() != 0:
+    dockerd_path = dockerd_binary()
+    if dockerd_path is None or os.geteuid() != 0:
         raise EngineError(str(why_no_engine(settings, section)))
-    name, url = daemon_name(settings), own_url(settings)
-    run_dir = private_run_dir(name)
-    config_file = run_dir / "daemon-config.json"
-    config_file.unlink(missing_ok=True)
-    private.create_file(config_file, daemon_config(runtimes or {}))  # never the host's /etc/docker/daemon.json
+    root = data_root(settings)
+    return dockerd(daemon_name(settings), root, dockerd_path, serves=f"data root {root}",
+                   config=daemon_config(runtimes or {}))
+
+
+def dockerd(name: str, root: str, binary: str, serves: str | None = None, config: bytes = b"{}\n") -> Daemon:
+    """dlvirt's dockerd ``name`` (run directory ``RUN_ROOT/name``, socket ``docker.sock`` there)
+    keeping its data in ``root``. Its config file (``config``: never the host's
+    /etc/docker/daemon.json) is written by ``engines`` under the run directory's lock when it starts."""
+    run_dir = RUN_ROOT / name
+    url = f"unix://{run_dir / 'docker.sock'}"
     return Daemon(
         name=name,
-        command=(dockerd, "--host", url, "--data-root", data_root(settings),
+        command=(binary, "--host", url, "--data-root", root,
                  "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "dockerd.pid"),
-                 "--config-file", str(config_file), "--iptables=false", "--ip-forward=false",
+                 "--config-file", str(run_dir / CONFIG_FILE), "--iptables=false", "--ip-forward=false",
                  "--bridge=none"),
-        serves=f"data root {data_root(settings)}",
+        files=((CONFIG_FILE, config),),
+        serves=serves,
         probe=lambda: answers(url, timeout_s=1.0),
         ready_timeout_s=60.0,
         stop_timeout_s=30.0,

@@ -67,6 +67,10 @@ class Daemon:
     # what this daemon serves, e.g. dockerd's data root: one running under the same name that serves
     # something else is refused, never used in its place
     serves: str | None = None
+    # files (name in its run directory, content) written afresh, under the run directory's lock, just
+    # before it starts (dockerd's config file): never rewritten under a daemon that runs, nor by two
+    # holders at once
+    files: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def run_dir(self) -> Path:
@@ -204,9 +208,13 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def _start(daemon: Daemon) -> tuple[int, int]:
-    """Start ``daemon`` and wait until it answers; return (pid, start_time)."""
+    """Start ``daemon`` (its run directory's lock held) and wait until it answers; return (pid,
+    start_time)."""
     if daemon.pidfile is not None:
         daemon.pidfile.unlink(missing_ok=True)
+    for name, content in daemon.files:
+        (daemon.run_dir / name).unlink(missing_ok=True)
+        private.create_file(daemon.run_dir / name, content)
     fd = os.open(daemon.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "ab") as log:
         # A session of its own: Ctrl-C in the workflow's terminal must not stop the engine while
