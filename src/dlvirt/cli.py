@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("site-bench", help="run one benchmark job on an edge host over SSH")
     p.add_argument("--site", required=True, help="its name under hosts:")
     p.add_argument("--ssh", required=True, help="its hosts.<site> settings as JSON")
-    p.add_argument("--spec", required=True, help="job spec as JSON")
+    p.add_argument("--spec", required=True, help="job spec as JSON; - reads it from stdin (off the command line)")
     p.add_argument("--output", required=True)
     p.add_argument("--loadgen-dir", required=True)
     p.set_defaults(func=_cmd_site_bench)

@@ -25,9 +25,11 @@ rule benchmark:
         constraint=node_constraint,
     params:
         spec=job_spec,
+    # the spec on stdin, the shell replaced by the runner (exec): no command line holds the spec
+    # (the mirror and engine URLs in it may carry credentials) while the job runs
     shell:
-        "python -m dlvirt bench --spec {params.spec} --output {output.run:q}"
-        " --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"
+        "exec python -m dlvirt bench --spec - --output {output.run:q}"
+        " --loadgen-dir {output.loadgen:q} <<< {params.spec} > {log:q} 2>&1"
 
 
 # The end of a round of launches (replicate r of every scenario): what round r + 1 waits for.

@@ -44,9 +44,10 @@ rule site_benchmark:
     params:
         spec=site_job_spec,
         ssh=site_connection,
+    # the spec on stdin (see rule benchmark)
     shell:
-        "python -m dlvirt site-bench --site {wildcards.site:q} --ssh {params.ssh} --spec {params.spec}"
-        " --output {output.run:q} --loadgen-dir {output.loadgen:q} > {log:q} 2>&1"
+        "exec python -m dlvirt site-bench --site {wildcards.site:q} --ssh {params.ssh} --spec -"
+        " --output {output.run:q} --loadgen-dir {output.loadgen:q} <<< {params.spec} > {log:q} 2>&1"
 
 
 rule site_round_done:

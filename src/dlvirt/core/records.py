@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Self
 
 from dlvirt.core import formats
 from dlvirt.core.atomic import read_json, write_json_atomic
+from dlvirt.core.credentials import redacted
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.vocabulary import Pipeline, ThreadSetting
 
@@ -152,8 +153,9 @@ class Record:
         return cls.from_dict(data, str(path))
 
     def write(self, path: Path) -> None:
-        """Write the document atomically (a reader never sees half of it)."""
-        write_json_atomic(path, self.to_dict())
+        """Write the document atomically (a reader never sees half of it), the userinfo of every URL
+        in it as ``***`` (a mirror's or engine's credentials are not the record's)."""
+        write_json_atomic(path, redacted(self.to_dict()))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dlvirt.core.credentials import redact
 from dlvirt.core.kinds import CONTAINER_IMAGE, PlatformKind
 from dlvirt.core.records import HarnessJob, HarnessOutput
 from dlvirt.core.scenario import Scenario
@@ -173,8 +174,8 @@ class Container(Platform):
             image = self.client.images.get(self.image)
         except ImageNotFound:
             raise PlatformError(f"image {self.image} is not in the Docker engine at "
-                                f"{docker_engine.engine_url(self.config)}: rebuild it (snakemake --forcerun cn_image) "
-                                "or set platforms.CN.image") from None
+                                f"{redact(docker_engine.engine_url(self.config))}: rebuild it "
+                                "(snakemake --forcerun cn_image) or set platforms.CN.image") from None
         self.image_id = image.id
         # dlvirt's image carries its tag both as a label and in a file the harness reads inside
         self.image_label: str | None = image.labels.get(container_image.TAG_LABEL)
@@ -191,7 +192,7 @@ class Container(Platform):
         # the daemon's own version (not the CLI's): what runs the containers
         self.server = engine_versions.docker_version(self.client.version(), docker_engine.engine_url(self.config))
         if int(self.engine["NCPU"]) != len(online_cpus()):
-            raise PlatformError(f"the Docker engine at {docker_engine.engine_url(self.config)} has "
+            raise PlatformError(f"the Docker engine at {redact(docker_engine.engine_url(self.config))} has "
                                 f"{self.engine['NCPU']} CPUs, this host {len(online_cpus())}: "
                                 "CN jobs need the engine of the host they run on")
         self.host_cpus = tuple(sorted(os.sched_getaffinity(0)))

@@ -22,6 +22,7 @@ Users with a registry can run a pulled image instead (``platforms.CN.image``).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -29,14 +30,17 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dlvirt.apps import job_packages
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.codeversion import SOURCE_SUFFIXES
-from dlvirt.system import benchlock, docker_engine
+from dlvirt.core.credentials import Login, redact, split_login
+from dlvirt.system import benchlock, docker_engine, private
 from dlvirt.system.engines import EngineError, locked
 from dlvirt.system.hostinfo import python_stack
 
@@ -114,8 +118,26 @@ def debian_mirror(settings: dict[str, Any]) -> str:
     return "http://deb.debian.org/debian"
 
 
+@contextlib.contextmanager
+def mirror_login(mirror: str) -> Iterator[tuple[str, dict[str, str] | None, Login | None]]:
+    """For debootstrap: ``mirror`` without the credentials it may carry (so that they reach no
+    command line, no image's sources.list and no log), the environment to run it with (None: ours;
+    else HOME a private folder whose ``.netrc``, 0600, hands them to debootstrap's wget) and the
+    credentials themselves (for apt in the image being built)."""
+    url, login = split_login(mirror)
+    if login is None:
+        yield url, None, None
+        return
+    home = Path(tempfile.mkdtemp(prefix="dlvirt-mirror-"))  # 0700, root's
+    try:
+        private.create_file(home / ".netrc", login.netrc().encode())
+        yield url, {**os.environ, "HOME": str(home)}, login
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def _run(cmd: list[str], **kwargs: Any) -> None:
-    print("+", " ".join(cmd), flush=True)
+    print("+", redact(" ".join(cmd)), flush=True)
     subprocess.run(cmd, check=True, **kwargs)
 
 
@@ -135,8 +157,9 @@ def build_base(client: Any, settings: dict[str, Any], workdir: Path) -> str:
     rootfs = workdir / "rootfs"
     shutil.rmtree(rootfs, ignore_errors=True)
     try:
-        _run(["debootstrap", f"--variant={VARIANT}", f"--include={','.join(BASE_PACKAGES)}", SUITE,
-              str(rootfs), debian_mirror(settings)])
+        with mirror_login(debian_mirror(settings)) as (mirror, env, _):
+            _run(["debootstrap", f"--variant={VARIANT}", f"--include={','.join(BASE_PACKAGES)}", SUITE,
+                  str(rootfs), mirror], env=env)
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for path in (rootfs / leftover).glob("*"):
                 if path.is_file():
@@ -336,7 +359,7 @@ def ensure(root: Path, settings: dict[str, Any], marker: Path) -> dict[str, Any]
                         print(line, flush=True)
         info = {"image": wanted, "id": image.id, "size_bytes": image.attrs.get("Size"), "source": source,
                 "built": built, "seconds": round(time.monotonic() - started, 1),
-                "engine": docker_engine.engine_url(settings), "own_build": not settings.get("image")}
+                "engine": redact(docker_engine.engine_url(settings)), "own_build": not settings.get("image")}
         print(f"CN image {wanted} ({source}, {image.id[:19]})", flush=True)
         write_json_atomic(Path(marker), info)
         return info

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dlvirt.core.credentials import redact
 from dlvirt.core.errors import UnsafePlace
 from dlvirt.core.owner import RUN_ID, TAG, TEMP_SUFFIX, is_stale, maker, process_start_time
 from dlvirt.system import cgroups, engines, keepaway, private, vmm_ids
@@ -97,7 +98,7 @@ def remove_stale_containers(settings: dict[str, Any]) -> Iterator[str]:
             for container in docker_engine.labelled_containers(client):
                 if is_stale(container.name, RUN_NAME):
                     container.remove(force=True)
-                    yield f"removed stale container {container.name} ({url})"
+                    yield f"removed stale container {container.name} ({redact(url)})"
             if url == own:
                 exec_root = engines.RUN_ROOT / docker_engine.daemon_name(settings) / "exec"
                 for name in container_platforms():

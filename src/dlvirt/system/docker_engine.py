@@ -29,6 +29,7 @@ import socket
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from dlvirt.core.credentials import redact
 from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError
 
 DEFAULT_URL = "unix:///var/run/docker.sock"
@@ -174,8 +175,9 @@ def connect(settings: dict[str, Any], section: str) -> docker.DockerClient:
         client.ping()
     except (DockerException, RequestException, OSError) as exc:
         client.close()
-        raise EngineError(f"no Docker engine answers at {url} ({exc}); the workflow starts dlvirt's own at its "
-                          f"start (python -m dlvirt engines up), or set {section}.engine.host") from None
+        raise EngineError(f"no Docker engine answers at {redact(url)} ({redact(str(exc))}); the workflow starts "
+                          f"dlvirt's own at its start (python -m dlvirt engines up), or set {section}.engine.host"
+                          ) from None
     return client
 
 

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from typing import Any
 
+from dlvirt.core.credentials import redact
+
 LIBVIRT_URI = "qemu:///system"
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?[^\s,)]*")
 
@@ -54,7 +56,7 @@ def docker_version(reply: dict[str, Any], url: str) -> dict[str, Any]:
     """The facts of a Docker ``/version`` reply: the daemon's version, its API and runtime components."""
     components = {c["Name"]: c["Version"] for c in reply.get("Components") or [] if c.get("Name") != "Engine"}
     return {"version": reply.get("Version"), "api_version": reply.get("ApiVersion"), "components": components,
-            "source": f"the dockerd answering at {url} (Docker SDK)"}
+            "source": f"the dockerd answering at {redact(url)} (Docker SDK)"}
 
 
 def _dotted(number: int) -> str:
@@ -105,7 +107,7 @@ def host_engines(docker_url: str, arch: str) -> dict[str, dict[str, Any]]:
     engines: dict[str, dict[str, Any]] = {}
     docker = docker_server(docker_url)
     engines["docker"] = docker or {"version": binary_version("dockerd"),
-                                   "source": f"the dockerd binary (no daemon answers at {docker_url})"}
+                                   "source": f"the dockerd binary (no daemon answers at {redact(docker_url)})"}
     libvirt = host_libvirt(arch)
     if libvirt is not None:
         engines["libvirtd"] = {"version": libvirt["libvirtd_version"], "source": libvirt["source"]}
