@@ -313,6 +313,10 @@ def _check_inputs(config: dict[str, Any], cache: dict[str, Any], host_memory: in
     for name, section in sorted(config.get("platforms", {}).items()):
         for key, kind in getattr(PLATFORM_CLASSES.get(name), "path_settings", {}).items():
             _check_path(section.get(key), f"platforms.{name}.{key}", kind)
+        # the guest's GPU driver packages (VM): local files, checked like the paths above
+        gpu_driver = section.get("gpu_driver") if isinstance(section, dict) else None  # platforms.placement: a word
+        for i, deb in enumerate((gpu_driver or {}).get("debs") or []):
+            _check_path(deb, f"platforms.{name}.gpu_driver.debs[{i}]", "file")
     for site, host in config.get("hosts", {}).items():
         # ssh expands ~ in both (-i and UserKnownHostsFile)
         _check_path(host.get("identity_file"), f"hosts.{site}.identity_file", "file", expand_user=True)
