@@ -194,6 +194,32 @@ def test_two_vm_guests_at_once_run_as_their_own_uids_and_cannot_open_each_others
         assert_nothing_left(vm)
 
 
+def test_libvirt_keeps_a_work_dir_with_a_comma_or_quote_one_value_in_each_qemu_option(libvirt_daemons, tmp_path):
+    """The QEMU command line libvirt builds for a job whose folder holds ``,`` and ``"`` (as a
+    work_dir may): every path stays whole in its option, in JSON (-blockdev) or with its commas
+    doubled (-chardev), so no path adds an option. No guest runs (libvirt's native preview)."""
+    from xml.etree import ElementTree as ET
+
+    from dlvirt.platforms.vm import domain_xml
+
+    folder = tmp_path / 'w,if=none,file=/etc/shadow"x'
+    paths = {name: folder / name for name in ("vmlinuz", "initrd.img", "root.qcow2", "job.img", "console.log")}
+    xml = domain_xml(name="dlvirt-quoting", accel="tcg", vcpus=1, memory_mib=128, kernel=paths["vmlinuz"],
+                     initrd=paths["initrd.img"], cmdline="console=ttyS0", root_disk=paths["root.qcow2"],
+                     job_disk=paths["job.img"], console=paths["console.log"], qemu_user=(vmm_ids.UID_BASE, 0))
+    assert ET.fromstring(xml).find("devices/disk/source").get("file") == str(paths["root.qcow2"])
+    conn = quiet_libvirt().open(URI)
+    try:
+        argv = conn.domainXMLToNative("qemu-argv", xml, 0)
+    finally:
+        conn.close()
+    for name in ("vmlinuz", "initrd.img"):
+        assert f" '{paths[name]}' " in argv, argv  # -kernel, -initrd: one word each, never parsed
+    for name in ("root.qcow2", "job.img"):
+        assert json.dumps({"filename": str(paths[name])}, separators=(",", ":"))[1:-1] in argv, argv  # -blockdev
+    assert f"path={str(paths['console.log']).replace(',', ',,')}'" in argv, argv  # -chardev file
+
+
 def test_mvm_guest_sees_one_vcpu_and_records_its_vmm(probe_image, tmp_path):
     with MicroVM(Scenario("MVM", 1, "VNL", "CPU"), settings(probe_image), tmp_path, f"{os.getpid()}-mvm") as mvm:
         out = mvm.execute(OBSERVE, timeout_s=300)

@@ -6,6 +6,7 @@ Fast: no engine, no guest, no model. Root is needed to create what another user 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from dlvirt.core.owner import new_run_id, process_start_time, process_tag
 from dlvirt.core.scenario import Scenario
 from dlvirt.platforms import guest
 from dlvirt.platforms.base import PlatformError
-from dlvirt.platforms.mvm import MicroVM, qemu_microvm_command, qemu_value
+from dlvirt.platforms.mvm import SANDBOX, MicroVM, fd_sets, open_for_vmm, qemu_microvm_command, qemu_value
 from dlvirt.platforms.vm import open_to_vmm, qemu_ids
 from dlvirt.run import cleanup
 from dlvirt.system import cgroups, private, vmm_ids
@@ -248,6 +249,67 @@ def test_a_work_dir_with_a_comma_or_quote_stays_one_qemu_option_value(tmp_path):
         qemu.communicate()
     with pytest.raises(PlatformError, match="control character"):
         qemu_value(tmp_path / "a\nb")
+
+
+def linux_boot_header(path: Path) -> Path:
+    """A file QEMU loads as a Linux kernel (boot protocol 2.15 header, nothing behind it): enough
+    for a machine that is built and never run (-S)."""
+    kernel = bytearray(256 << 10)
+    kernel[0x1F1] = 4  # setup sectors
+    kernel[0x202:0x208] = b"HdrS" + (0x20F).to_bytes(2, "little")
+    kernel[0x211] = 1  # LOADED_HIGH
+    kernel[0x22C:0x230] = (0x37FFFFFF).to_bytes(4, "little")  # initrd_addr_max
+    path.write_bytes(kernel)
+    return path
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs qemu-system-x86_64")
+def test_qemu_gets_its_disks_and_console_as_descriptors_with_no_path_on_its_command_line(tmp_path):
+    """MVM's QEMU command as the platform builds it, its files handed over open (-add-fd,
+    /dev/fdset/N), under its sandbox: the microvm machine is built (-S: it never runs) with both
+    disks' devices attached read-write through the sets, and its command line, readable by every
+    local user, names none of the job folder's files."""
+    folder = tmp_path / "vm-secretname"
+    folder.mkdir()
+    root, job, console = folder / "root.img", folder / "job.img", folder / "console.log"
+    for disk in (root, job):
+        disk.write_bytes(bytes(1 << 20))
+    console.touch()
+    fds: list[int] = []
+    both = (os.O_RDONLY, os.O_RDWR)
+    options, (root_set, job_set, console_set) = fd_sets([
+        open_for_vmm(root, both, fds), open_for_vmm(job, both, fds), open_for_vmm(console, (os.O_WRONLY,), fds)])
+    command = qemu_microvm_command(name="dlvirt-x", accel="tcg", vcpus=1, memory_mib=64,
+                                   kernel=linux_boot_header(tmp_path / "vmlinuz"), initrd=tmp_path / "vmlinuz",
+                                   cmdline="", root_disk=root_set, job_disk=job_set, console=console_set)
+    command = [arg.replace("format=qcow2", "format=raw") for arg in command]  # a raw stand-in root disk
+    try:
+        qemu = subprocess.Popen([*command, *options, "-sandbox", SANDBOX, "-S", "-monitor", "none"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    try:
+        def read_write() -> list[str]:  # the job folder's files QEMU holds open read-write
+            found = []
+            for fd in os.listdir(f"/proc/{qemu.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{qemu.pid}/fd/{fd}")
+                    flags = int(Path(f"/proc/{qemu.pid}/fdinfo/{fd}").read_text().split()[3], 8)
+                    if link.startswith(str(folder)) and flags & os.O_ACCMODE == os.O_RDWR:
+                        found.append(link)
+            return sorted(found)
+
+        # the descriptors handed over (kept in their sets) and one read-write dup per attached disk
+        want, deadline = sorted(2 * [str(root), str(job)]), time.monotonic() + 30
+        while read_write() != want and time.monotonic() < deadline:
+            assert qemu.poll() is None, qemu.communicate()[1].decode()
+            time.sleep(0.2)
+        assert read_write() == want
+        assert b"secretname" not in Path(f"/proc/{qemu.pid}/cmdline").read_bytes()
+    finally:
+        qemu.kill()
+        qemu.communicate()
 
 
 @pytest.fixture

@@ -5,14 +5,17 @@ works (Firecracker has no emulator). Otherwise QEMU's microvm machine — QEMU's
 minimal machine: no PCI, no firmware, virtio-mmio devices — boots the same kernel and disks. The
 result records which VMM ran and how it was confined: QEMU drops root for a uid of the job's own
 once its files are open and runs under its seccomp sandbox (checked from the host in /proc at every
-boot); Firecracker runs as root, without its jailer, in this version. MVM is VNL/CPU only (no
-pinning, no passthrough; matrix.py refuses anything else), as in the paper.
+boot); it gets its disks and console as open file descriptors (``-add-fd``, ``/dev/fdset/N``), so
+its command line, which every local user may read, names no job folder. Firecracker runs as root,
+without its jailer, in this version. MVM is VNL/CPU only (no pinning, no passthrough; matrix.py
+refuses anything else), as in the paper.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -55,6 +58,24 @@ def qemu_microvm_command(*, name: str, accel: str, vcpus: int, memory_mib: int, 
         "-device", "virtio-blk-device,drive=job",
         "-chardev", f"file,id=console,path={qemu_value(console)}", "-serial", "chardev:console",
     ]
+
+
+def fd_sets(sets: list[list[int]]) -> tuple[list[str], list[Path]]:
+    """QEMU options handing it ``sets`` of open file descriptors (which it inherits) as fd sets 1,
+    2, ..., and the paths that name them in its other options (``/dev/fdset/N``): QEMU dups the
+    descriptor of the set whose access mode it asks for, so no path needs to be on its command line.
+    A disk's set holds it open read-only and read-write: QEMU opens a drive read-only first, then
+    read-write once its device attaches."""
+    options = [arg for n, fds in enumerate(sets, 1) for fd in fds for arg in ("-add-fd", f"fd={fd},set={n}")]
+    return options, [Path(f"/dev/fdset/{n}") for n in range(1, len(sets) + 1)]
+
+
+def open_for_vmm(path: Path, modes: tuple[int, ...], fds: list[int]) -> list[int]:
+    """``path`` opened (by root, no symbolic link followed) once in each of ``modes``; the
+    descriptors are appended to ``fds`` too (which the caller closes), and returned."""
+    opened = [os.open(path, mode | os.O_NOFOLLOW | os.O_CLOEXEC) for mode in modes]
+    fds += opened
+    return opened
 
 
 def host_tsc_khz() -> int | None:
@@ -119,22 +140,33 @@ class MicroVM(GuestPlatform):
             # microvm has no HPET/PM timer to calibrate the TSC against, and calibrating against
             # the PIT fails on a busy host under TCG: the kernel then hangs in early boot.
             cmdline += f" tsc_early_khz={tsc_khz}"
-        if self.firecracker and accel == "kvm":
-            self.vmm = "firecracker"
-            config = self.disk_dir / "firecracker.json"
-            config.write_text(json.dumps(firecracker_config(
-                vcpus=self.vcpus, memory_mib=memory, kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
-                cmdline=f"{cmdline} reboot=k pci=off", root_disk=root_disk, job_disk=job_disk)))
-            cmd = [self.firecracker, "--no-api", "--config-file", str(config), "--id", self.domain_name]
-            out = open(console, "ab")  # noqa: SIM115 - closed by the with below; Firecracker's stdout is the console
-        else:
-            self.vmm = "qemu-microvm"
-            cmd = self.qemu_command(accel=accel, memory_mib=memory, cmdline=cmdline, root_disk=root_disk,
-                                    job_disk=job_disk, console=console) + ["-sandbox", SANDBOX, "-runas", self.runas()]
-            out = open(self.disk_dir / "vmm.log", "ab")  # noqa: SIM115 - closed by the with below
-        with out:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
-                                         stderr=subprocess.STDOUT)
+        fds: list[int] = []  # handed to the VMM, closed here once it has them
+        try:
+            if self.firecracker and accel == "kvm":
+                self.vmm = "firecracker"
+                config = self.disk_dir / "firecracker.json"
+                config.write_text(json.dumps(firecracker_config(
+                    vcpus=self.vcpus, memory_mib=memory, kernel=self.boot_files.kernel, initrd=self.boot_files.initrd,
+                    cmdline=f"{cmdline} reboot=k pci=off", root_disk=root_disk, job_disk=job_disk)))
+                cmd = [self.firecracker, "--no-api", "--config-file", str(config), "--id", self.domain_name]
+                out = open(console, "ab")  # noqa: SIM115 - closed by the with below; Firecracker's stdout is the console
+            else:
+                self.vmm = "qemu-microvm"
+                # opened here, as root, without following links: QEMU gets descriptors, no paths
+                disk = (os.O_RDONLY, os.O_RDWR)
+                options, (root_set, job_set, console_set) = fd_sets([
+                    open_for_vmm(root_disk, disk, fds), open_for_vmm(job_disk, disk, fds),
+                    open_for_vmm(console, (os.O_WRONLY | os.O_APPEND,), fds)])
+                cmd = [*self.qemu_command(accel=accel, memory_mib=memory, cmdline=cmdline, root_disk=root_set,
+                                          job_disk=job_set, console=console_set),
+                       *options, "-sandbox", SANDBOX, "-runas", self.runas()]
+                out = open(self.disk_dir / "vmm.log", "ab")  # noqa: SIM115 - closed by the with below
+            with out:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,  # noqa: S603
+                                             stderr=subprocess.STDOUT, pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def runas(self) -> str:
         """QEMU's -runas: this job's own uid, and as its only group a gid of the same number (no group
