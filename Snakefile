@@ -25,6 +25,9 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
+    # Snakemake keeps every job's shell command and params (a launch's spec, URL credentials included)
+    # in .snakemake/metadata and prints them into .snakemake/log when a job fails: for root's eyes only.
+    os.chmod(workflow.persistence.path, 0o700)
     # A study of zero launches stops here, in one line (a dry run, -n, never gets here: it shows the plan).
     if nothing := nothing_to_run(config, PLAN):
         print(f"dlvirt: {nothing}", file=sys.stderr)
