@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, port_open
-from dlvirt.system import engines
+from dlvirt.system import engines, private
 
 pytestmark = pytest.mark.skipif(not os.access(engines.RUN_ROOT.parent, os.W_OK),
                                 reason=f"{engines.RUN_ROOT} is not writable (engines run as root)")
@@ -170,7 +170,7 @@ def test_each_data_root_gets_its_own_dockerd_name_socket_and_run_directory():
 def test_cleanup_leaves_directories_that_are_no_daemons_alone():
     """/run/dlvirt also holds the host's benchmark lock and keep_others_away's records: the orphans'
     cleanup takes no lock there (in bench/ it would wait for another study's launch)."""
-    other = engines.private_run_dir(f"selftest-notadaemon-{os.getpid()}")
+    other = private.private_dir(engines.RUN_ROOT / f"selftest-notadaemon-{os.getpid()}", engines.RUN_DIR_WHAT)
     try:
         engines.release_orphans()
         assert not (other / "lock").exists()

@@ -91,11 +91,6 @@ class Lease:
     started_now: bool
 
 
-def private_run_dir(name: str) -> Path:
-    """``RUN_ROOT/name``, made or checked private (``dlvirt.system.private``)."""
-    return private.private_dir(RUN_ROOT / name, RUN_DIR_WHAT)
-
-
 def _alive(pid: int, start_time: int) -> bool:
     return process_start_time(pid) == start_time
 
