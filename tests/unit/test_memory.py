@@ -112,6 +112,8 @@ def test_mvm_command_line_and_firecracker_config_give_the_guest_its_ram(tmp_path
 
     monkeypatch.setattr("dlvirt.platforms.mvm.subprocess.Popen", popen)
     mvm.firecracker = None
+    for name in ("r.qcow2", "j.img", "console"):  # QEMU is handed them open
+        (tmp_path / name).touch()
     with pytest.raises(_Started):
         mvm._start_vmm("tcg", tmp_path / "r.qcow2", tmp_path / "j.img", tmp_path / "console")
     qemu = started[-1]
