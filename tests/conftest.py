@@ -134,17 +134,34 @@ def smoke_config(guests: bool = False, replicates: int = 1, sandboxed: bool = Fa
     return config
 
 
-def run_one_job(workdir: Path, app: str, scenario: str, tool: str = "mlperf") -> tuple[dict, dict]:
-    """Run the smoke config's ``tool`` × ``app`` on one scenario ("BM/1/PIN/CPU") through the real
-    workflow; return the config used and the job's result file."""
-    platform, cores, pinning, processor = scenario.split("/")
-    config = smoke_config()
-    config["study"].update(apps=[app], tools=[tool], matrix=[
-        {"platforms": [platform], "cores": [int(cores)], "pinning": [pinning], "processors": [processor]}])
-    path = write_config(workdir / f"{tool}-{app}.yaml", config)
-    target = f"results/runs/{tool}/{app}/{scenario}/1.json"
-    snakemake(workdir, target, "--configfile", str(path))
-    return config, json.loads((workdir / target).read_text())
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke study (``smoke_config()``: every app and run tool on BM and CN, one launch per
+    scenario) through the real workflow's ``all``, once per session: the tests of the workflow end to
+    end and of each app's and tool's smoke job read its results, and studies that differ from it
+    start from a copy of it (``copy_study``), so that the jobs they share are not run again. Nothing
+    writes into it: a test that changes its config or results works on a copy."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("smoke-study") / "wf")
+    snakemake(workdir, "all", "--configfile", str(write_config(workdir / "smoke.yaml", smoke_config())))
+    return workdir
+
+
+def copy_study(study: Path, dest: Path, runs: bool = True) -> Path:
+    """A copy of a study's working directory (its results, resources and Snakemake's records, times
+    kept), in which Snakemake reruns only what another config changes. ``runs`` False: of its results
+    only the host's facts (its datasets, weights and images stay), so that every launch is new."""
+    results = study / "results"
+
+    def left_out(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n != "host.json"] if not runs and Path(folder) == results else []
+
+    return Path(shutil.copytree(study, dest, symlinks=True, ignore=left_out))
+
+
+def smoke_job(study: Path, app: str, scenario: str, tool: str = "mlperf") -> tuple[dict, dict]:
+    """The config of ``smoke_study`` and the result file of its ``tool`` x ``app`` on ``scenario``
+    ("BM/1/PIN/CPU", launch 1)."""
+    return smoke_config(), json.loads((study / f"results/runs/{tool}/{app}/{scenario}/1.json").read_text())
 
 
 # headless Chromium as the tests of the HTML pages run it (test_report, test_compare)

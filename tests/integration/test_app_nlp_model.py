@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_one_job
+from conftest import smoke_job
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.apps import squad
 from dlvirt.apps.base import ThreadPlan, verified_weights
@@ -75,14 +75,14 @@ def test_the_weights_resource_holds_every_tensor_non_persistent_buffers_too(nlp_
 
 
 @pytest.mark.slow
-def test_smoke_run_nlp_mlperf_on_bm(workflow_dir):
-    config, run = run_one_job(workflow_dir, "nlp", "BM/1/PIN/CPU")
-    row = summarise([workflow_dir / "results/runs/mlperf/nlp/BM/1/PIN/CPU/1.json"]).iloc[0]
+def test_smoke_run_nlp_mlperf_on_bm(smoke_study):
+    config, run = smoke_job(smoke_study, "nlp", "BM/1/PIN/CPU")
+    row = summarise([smoke_study / "results/runs/mlperf/nlp/BM/1/PIN/CPU/1.json"]).iloc[0]
     assert row.reps == 2 and row.loadgen_valid
     assert row.infer_s > 0 and row.pre_s > 0 and row.post_s > 0
     assert row.dataset_source == "synthetic" and row.weights == "random"
     assert run["verified"] and run["runs"][0]["observed"]["affinity"] == run["expected"]["affinity"]
     assert run["model"]["model"] == "BERT-tiny" and not run["model"]["mlperf_reference_size"]
     assert run["runs"][0]["quality"]["scored"] == config["apps"]["nlp"]["loadgen"]["min_query_count"]
-    predictions = workflow_dir / "results/loadgen/mlperf/nlp/BM/1/PIN/CPU/1/rep-0001/predictions.json"
+    predictions = smoke_study / "results/loadgen/mlperf/nlp/BM/1/PIN/CPU/1/rep-0001/predictions.json"
     assert len(json.loads(predictions.read_text())) == config["apps"]["nlp"]["dataset"]["count"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import RS_SETTINGS, one_thread, resident_mappings, run_one_job
+from conftest import RS_SETTINGS, one_thread, resident_mappings, smoke_job
 from dlvirt.apps.base import AppError, sha256_file, verified_weights
 from dlvirt.apps.rs import KAGGLE_TABLE_ROWS, CriteoBatch, Recommendation, build_model, table_rows
 from dlvirt.apps.torch_runtime import module_tensors
@@ -87,8 +87,8 @@ def test_the_weights_resource_is_the_seeded_initialisation_loaded_as_it_was_save
 
 
 @pytest.mark.slow
-def test_smoke_benchmark_on_bm(workflow_dir):
-    config, result = run_one_job(workflow_dir, "rs", "BM/1/VNL/CPU")
+def test_smoke_benchmark_on_bm(smoke_study):
+    config, result = smoke_job(smoke_study, "rs", "BM/1/VNL/CPU")
     assert result["verified"] and len(result["runs"]) == config["study"]["repetitions"]
     assert result["dataset"]["source"] == "synthetic" and result["model"]["weights"] == "random"
     assert result["model"]["config"]["max_rows_per_table"] == config["apps"]["rs"]["max_rows_per_table"]

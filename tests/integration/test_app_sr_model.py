@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import one_thread, run_one_job
+from conftest import one_thread, smoke_job
 from dlvirt.apps.base import AppError, sha256_file, verified_weights
 from dlvirt.apps.sr import SpeechRecognition
 from dlvirt.apps.sr.decoder import emission_schedule, greedy_decode, transcript
@@ -113,8 +113,8 @@ def test_the_weights_resource_loads_into_working_lstms(tmp_path, sr_dataset):
 
 
 @pytest.mark.slow
-def test_smoke_benchmark_on_bm(workflow_dir):
-    config, result = run_one_job(workflow_dir, "sr", "BM/1/PIN/CPU")
+def test_smoke_benchmark_on_bm(smoke_study):
+    config, result = smoke_job(smoke_study, "sr", "BM/1/PIN/CPU")
     assert result["verified"] and len(result["runs"]) == config["study"]["repetitions"]
     assert result["dataset"]["source"] == "synthetic" and result["model"]["weights"] == "random"
     assert result["model"]["decoding"] == "scheduled" and "never emit blank" in result["model"]["decoding_note"]

@@ -5,14 +5,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import run_one_job
+from conftest import smoke_job
 from dlvirt.analysis.aggregate import summarise
 from dlvirt.run.tools import dlbs
 
 
 @pytest.mark.slow
-def test_smoke_run_ic_dlbs_on_bm(workflow_dir):
-    config, run = run_one_job(workflow_dir, "ic", "BM/1/VNL/CPU", tool="dlbs")
+def test_smoke_run_ic_dlbs_on_bm(smoke_study):
+    workflow_dir = smoke_study  # conftest.smoke_study's launch: read, never written
+    config, run = smoke_job(workflow_dir, "ic", "BM/1/VNL/CPU", tool="dlbs")
     row = summarise([workflow_dir / "results/runs/dlbs/ic/BM/1/VNL/CPU/1.json"]).iloc[0]
     assert row.tool == "dlbs" and row.reps == 2
     assert row.mean_s == pytest.approx(row.infer_s) and row.mean_s > 0
