@@ -247,6 +247,28 @@ def daemon(argv: list[str], log: Path, ready: Callable[[], bool], timeout_s: flo
         stop_daemon(proc)
 
 
+@pytest.fixture(scope="session")
+def libvirt_daemons() -> Iterator[None]:
+    """virtlogd and libvirtd for the session (the guest tests', the libvirt version test's: started
+    once, as QEMU's capabilities probe takes seconds), through dlvirt.system.engines when none
+    answers, and released at its end."""
+    from dlvirt.platforms.vm import VirtualMachine
+    from dlvirt.system import engines
+    from dlvirt.system.hostinfo import capabilities
+
+    if not capabilities().libvirt:
+        pytest.skip("libvirtd is not installed")
+    acquired = []
+    try:
+        for daemon in VirtualMachine.daemons({}):
+            if engines.acquire(daemon, os.getpid()) is not None:
+                acquired.append(daemon.name)
+        yield
+    finally:
+        for name in reversed(acquired):
+            engines.release(name, os.getpid())
+
+
 # -- server topologies this 2-CPU, one-node test machine does not have, as sysfs trees.
 # Each builder writes ``ROOT/sys/devices/system/{cpu,node}`` the way the kernel lays them out
 # (``cpu/online``, ``cpuN/topology/{physical_package_id,die_id,core_id,thread_siblings_list}``,

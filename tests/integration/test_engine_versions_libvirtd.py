@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from dlvirt.system import engine_versions, engines
+from dlvirt.system import engine_versions
 from dlvirt.system.hostinfo import capabilities
 
 # The shape of dockerd 20.10's GET /version reply (trimmed).
@@ -16,20 +16,10 @@ from dlvirt.system.hostinfo import capabilities
 
 @pytest.mark.slow
 @pytest.mark.skipif(not capabilities().libvirt or os.geteuid() != 0, reason="needs libvirtd and root")
-def test_libvirtd_and_its_emulator_report_their_versions():
-    """libvirtd through libvirt's API (started through dlvirt.system.engines when none answers), and
-    QEMU's version from the emulator binary libvirt's capabilities name."""
-    from dlvirt.platforms.vm import VirtualMachine
-
-    acquired = []
-    try:
-        for daemon in VirtualMachine.daemons({}):
-            if engines.acquire(daemon, os.getpid()) is not None:
-                acquired.append(daemon.name)
-        facts = engine_versions.host_libvirt("x86_64")
-    finally:
-        for name in reversed(acquired):
-            engines.release(name, os.getpid())
+def test_libvirtd_and_its_emulator_report_their_versions(libvirt_daemons):
+    """libvirtd through libvirt's API (conftest.libvirt_daemons: started through dlvirt.system.engines
+    when none answers), and QEMU's version from the emulator binary libvirt's capabilities name."""
+    facts = engine_versions.host_libvirt("x86_64")
     assert facts is not None and "libvirt API" in facts["source"]
     daemon_binary = subprocess.run(["libvirtd", "--version"], capture_output=True, text=True, check=True).stdout
     assert facts["libvirtd_version"] in daemon_binary

@@ -3,11 +3,13 @@ timeouts, teardown, stale cleanup, passthrough XML, and one real app end to end 
 
 One small probe guest image (python3 only: the job disk brings dlvirt, and observe needs nothing
 else) is built per session and serves the platform tests; guests run under TCG where KVM cannot
-run an ordinary kernel (as here), which is slow, so each test boots at most one guest.
+run an ordinary kernel (as here), which is slow, so each test boots at most one guest, and the VM
+tests of pinning, of a fresh host and of two guests at once share one pair (``vms_at_once``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -19,6 +21,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +36,7 @@ from dlvirt.platforms.base import PlatformError, verify
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.platforms.vm import URI, VirtualMachine, quiet_libvirt
 from dlvirt.run.cleanup import remove_stale_guests
-from dlvirt.system import engines, vmm_ids
+from dlvirt.system import vmm_ids
 from dlvirt.system.hostinfo import capabilities
 
 CAPS = capabilities()
@@ -60,26 +63,16 @@ pytestmark = [pytest.mark.skipif(MISSING is not None, reason=f"guest tests: {MIS
 
 
 @pytest.fixture(scope="session")
-def probe_image(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("guest") / "probe"
-    guestimage.build("probe", out, cache_dir=out.parent / "debs")
-    return out
+def guest_images(tmp_path_factory) -> Path:
+    """The folder of the session's guest images, with the Debian packages they share (debs/)."""
+    return tmp_path_factory.mktemp("guest")
 
 
 @pytest.fixture(scope="session")
-def libvirt_daemons():
-    """virtlogd and libvirtd for the session, started through dlvirt.system.engines when none answers."""
-    if not CAPS.libvirt:
-        pytest.skip("libvirtd is not installed")
-    acquired = []
-    try:
-        for daemon in VirtualMachine.daemons({}):
-            if engines.acquire(daemon, os.getpid()) is not None:
-                acquired.append(daemon.name)
-        yield
-    finally:
-        for name in reversed(acquired):
-            engines.release(name, os.getpid())
+def probe_image(guest_images) -> Path:
+    out = guest_images / "probe"
+    guestimage.build("probe", out, cache_dir=out.parent / "debs")
+    return out
 
 
 def settings(image: Path, **extra) -> dict:
@@ -97,15 +90,95 @@ def assert_nothing_left(platform) -> None:
             conn.close()
 
 
+@dataclasses.dataclass
+class GuestsAtOnce:
+    """Two VMs run at once, and what was seen of them while they ran."""
+
+    vms: list[VirtualMachine]
+    fresh: Path                # made by dlvirt, as /var/lib/dlvirt would be on a fresh host
+    work_dir: Path             # the first VM's guests' work directory, under ``fresh``
+    errors: list[BaseException] = dataclasses.field(default_factory=list)
+    observed: dict = dataclasses.field(default_factory=dict)  # the first guest's own view (observe)
+    facts: dict = dataclasses.field(default_factory=dict)     # the first VM's describe(), while it ran
+    problems: list = dataclasses.field(default_factory=list)  # verify(expected, observed) of the first
+    hello: str = ""            # a file the first guest wrote to /job/out
+    out_dev: int = -1          # the file system of the first job's outputs on the host
+    work_dir_dev: int = -1     # and of its guests' work directory
+    uids: list[int] = dataclasses.field(default_factory=list)  # each QEMU's uid in /proc, both running
+    disk_access: dict = dataclasses.field(default_factory=dict)  # (mine, other): (own disk, other's disk)
+
+
+@pytest.fixture(scope="module")
+def vms_at_once(probe_image, libvirt_daemons, tmp_path_factory) -> Iterator[GuestsAtOnce]:
+    """Two VM guests at once, shared by the VM tests (under TCG a boot takes a minute or more). The
+    first is pinned (VM/2/PIN where the host has 2 CPUs) on a fresh host: its guests' work directory
+    and its parents made by dlvirt (as /var/lib/dlvirt/guests on a fresh host: libvirt's QEMU user
+    must pass through every one of them), and the job's folder in a checkout on a tmpfs, so the
+    guest's outputs cross file systems on their way back; the second is VM/1/VNL. While both run,
+    each QEMU's uid from /proc, and whether that uid (with the kvm group, as libvirt gives it) can
+    open its own job disk and the other's."""
+    tmp = tmp_path_factory.mktemp("vms")
+    fresh = Path(tempfile.mkdtemp(prefix="dlvirt-test-fresh-", dir="/var/tmp"))
+    fresh.rmdir()  # dlvirt makes it, as it would make /var/lib/dlvirt
+    checkout = tmp / "checkout"
+    checkout.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "dlvirt-test", str(checkout)], check=True)
+    try:
+        work_dir = fresh / "lib" / "dlvirt" / "guests"
+        pinned = Scenario("VM", 2, "PIN", "CPU") if len(HOST_CPUS) >= 2 else Scenario("VM", 1, "VNL", "CPU")
+        seen = GuestsAtOnce(vms=[
+            VirtualMachine(pinned, settings(probe_image, work_dir=str(work_dir)), checkout / "job", new_run_id()),
+            VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image), tmp / "job1", new_run_id())],
+            fresh=fresh, work_dir=work_dir)
+        # each guest stays up a while after its job: with KVM, boots take seconds
+        scripts = [OBSERVE + "echo from-the-guest > /job/out/hello\nsleep 20\n", "sleep 20\n"]
+
+        def run(vm: VirtualMachine, script: str) -> None:
+            try:
+                with vm:
+                    out = vm.execute(script, timeout_s=600)
+                    if vm is seen.vms[0]:
+                        seen.observed = json.loads((out / "observed.json").read_text())
+                        seen.facts, seen.problems = vm.describe(), verify(vm.expected(), seen.observed)
+                        seen.hello = (out / "hello").read_text()
+                        seen.out_dev, seen.work_dir_dev = os.stat(out).st_dev, os.stat(work_dir).st_dev
+            except BaseException as err:  # noqa: BLE001 - reported by the main thread
+                seen.errors.append(err)
+
+        vms = seen.vms
+        threads = [threading.Thread(target=run, args=(vm, script)) for vm, script in zip(vms, scripts, strict=True)]
+        for thread in threads:
+            thread.start()
+        try:
+            deadline = time.monotonic() + 900
+            while not all(vm.last_run is None and vm._vmm_pid() and getattr(vm, "domain", None) for vm in vms):
+                assert not seen.errors and time.monotonic() < deadline, seen.errors or "the guests did not both start"
+                time.sleep(1)
+            seen.uids = [int(Path(f"/proc/{vm._vmm_pid()}/status").read_text().split("Uid:")[1].split()[0])
+                         for vm in vms]
+            disks = [vm.disk_dir / "job.img" for vm in vms]
+            kvm = vms[0].qemu_user[1]
+            for mine, other in ((0, 1), (1, 0)):
+                as_qemu = ["setpriv", f"--reuid={seen.uids[mine]}", f"--regid={kvm}", "--clear-groups", "--",
+                           "head", "-c1"]
+                seen.disk_access[mine, other] = tuple(
+                    subprocess.run([*as_qemu, str(disk)], capture_output=True, text=True, check=False)
+                    for disk in (disks[mine], disks[other]))
+        finally:
+            for thread in threads:
+                thread.join(timeout=900)
+        assert not seen.errors, seen.errors
+        yield seen
+    finally:
+        subprocess.run(["umount", "-l", str(checkout)], check=False)
+        shutil.rmtree(fresh, ignore_errors=True)
+
+
 @pytest.mark.skipif(len(HOST_CPUS) < 2, reason="pinning two vCPUs to distinct cores needs 2 host CPUs")
-def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_daemons, tmp_path):
-    scenario = Scenario("VM", 2, "PIN", "CPU")
-    run_id = f"{os.getpid()}-pin"
-    with VirtualMachine(scenario, settings(probe_image), tmp_path, run_id) as vm:
-        out = vm.execute(OBSERVE, timeout_s=300)
-        observed = json.loads((out / "observed.json").read_text())
-        facts = vm.describe()
-        assert verify(vm.expected(), observed) == []
+def test_vm_pin_vcpu_threads_on_the_requested_host_cores(vms_at_once, probe_image):
+    vm, observed, facts = vms_at_once.vms[0], vms_at_once.observed, vms_at_once.facts
+    assert vm.scenario == Scenario("VM", 2, "PIN", "CPU")
+    assert vms_at_once.problems == []  # verify(vm.expected(), observed), while it ran
     # from the host, while the guest ran: vCPU i's thread may run on host CPU i only
     assert facts["host_observed"]["vcpu_thread_affinity"] == {"0": HOST_CPUS[:1], "1": HOST_CPUS[1:2]}
     # from inside: the requested vCPU count, and a QEMU guest with one NUMA cell on one socket
@@ -125,70 +198,29 @@ def test_vm_pin_vcpu_threads_on_the_requested_host_cores(probe_image, libvirt_da
     assert_nothing_left(vm)
 
 
-def test_a_vm_job_on_a_fresh_host_with_the_checkout_on_another_file_system(probe_image, libvirt_daemons, tmp_path):
-    """The guests' work directory and its parents made by dlvirt (as /var/lib/dlvirt/guests on a
-    fresh host: libvirt's QEMU user must pass through every one of them), and the job's folder in a
-    checkout on a tmpfs, so the guest's outputs cross file systems on their way back."""
-    fresh = Path(tempfile.mkdtemp(prefix="dlvirt-test-fresh-", dir="/var/tmp"))
-    fresh.rmdir()  # dlvirt makes it, as it would make /var/lib/dlvirt
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "dlvirt-test", str(checkout)], check=True)
-    try:
-        work_dir = fresh / "lib" / "dlvirt" / "guests"
-        vm = VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image, work_dir=str(work_dir)),
-                            checkout / "job", new_run_id())
-        with vm:
-            out = vm.execute("echo from-the-guest > /job/out/hello\n", timeout_s=300)
-            assert (out / "hello").read_text() == "from-the-guest\n"
-            assert os.stat(out).st_dev != os.stat(work_dir).st_dev
-            seen = vm.describe()["host_observed"]["vmm_process"]
-        # libvirt's QEMU under its seccomp sandbox with no_new_privs, as MVM's: checked while it ran
-        assert (seen["no_new_privs"], seen["seccomp"]) == (1, 2), seen
-        for made in (fresh, fresh / "lib", fresh / "lib" / "dlvirt", work_dir):
-            assert os.stat(made).st_mode & 0o777 == 0o711, made
-        assert_nothing_left(vm)
-    finally:
-        subprocess.run(["umount", "-l", str(checkout)], check=False)
-        shutil.rmtree(fresh, ignore_errors=True)
+def test_a_vm_job_on_a_fresh_host_with_the_checkout_on_another_file_system(vms_at_once):
+    """The guests' work directory and its parents made by dlvirt, and the job's folder in a checkout
+    on a tmpfs (the first of ``vms_at_once``): the guest's outputs cross file systems on their way back."""
+    vm, fresh, work_dir = vms_at_once.vms[0], vms_at_once.fresh, vms_at_once.work_dir
+    assert vms_at_once.hello == "from-the-guest\n"
+    assert vms_at_once.out_dev != vms_at_once.work_dir_dev
+    seen = vms_at_once.facts["host_observed"]["vmm_process"]
+    # libvirt's QEMU under its seccomp sandbox with no_new_privs, as MVM's: checked while it ran
+    assert (seen["no_new_privs"], seen["seccomp"]) == (1, 2), seen
+    for made in (fresh, fresh / "lib", fresh / "lib" / "dlvirt", work_dir):
+        assert os.stat(made).st_mode & 0o777 == 0o711, made
+    assert_nothing_left(vm)
 
 
-def test_two_vm_guests_at_once_run_as_their_own_uids_and_cannot_open_each_others_disks(
-        probe_image, libvirt_daemons, tmp_path):
-    """While both guests run, each QEMU (as /proc shows it) runs as a uid of its own, and that uid (with
-    the kvm group, as libvirt gives it) can open its own job disk and not the other's."""
-    vms = [VirtualMachine(Scenario("VM", 1, "VNL", "CPU"), settings(probe_image), tmp_path / f"job{i}",
-                          new_run_id()) for i in range(2)]
-    errors: list[BaseException] = []
-
-    def run(vm: VirtualMachine) -> None:
-        try:
-            with vm:
-                vm.execute("sleep 60\n", timeout_s=600)
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread
-            errors.append(err)
-
-    threads = [threading.Thread(target=run, args=(vm,)) for vm in vms]
-    for thread in threads:
-        thread.start()
-    try:
-        deadline = time.monotonic() + 900
-        while not all(vm.last_run is None and vm._vmm_pid() and getattr(vm, "domain", None) for vm in vms):
-            assert not errors and time.monotonic() < deadline, errors or "the guests did not both start"
-            time.sleep(1)
-        uids = [int(Path(f"/proc/{vm._vmm_pid()}/status").read_text().split("Uid:")[1].split()[0]) for vm in vms]
-        disks = [vm.disk_dir / "job.img" for vm in vms]
-        kvm = vms[0].qemu_user[1]
-        assert uids[0] != uids[1] and uids == [vm.qemu_user[0] for vm in vms]
-        for mine, other in ((0, 1), (1, 0)):
-            as_qemu = ["setpriv", f"--reuid={uids[mine]}", f"--regid={kvm}", "--clear-groups", "--", "head", "-c1"]
-            assert subprocess.run([*as_qemu, str(disks[mine])], capture_output=True, check=False).returncode == 0
-            refused = subprocess.run([*as_qemu, str(disks[other])], capture_output=True, text=True, check=False)
-            assert refused.returncode != 0 and "Permission denied" in refused.stderr
-    finally:
-        for thread in threads:
-            thread.join(timeout=900)
-    assert not errors, errors
+def test_two_vm_guests_at_once_run_as_their_own_uids_and_cannot_open_each_others_disks(vms_at_once):
+    """While both guests ran (``vms_at_once``), each QEMU (as /proc showed it) ran as a uid of its own,
+    and that uid (with the kvm group, as libvirt gives it) could open its own job disk and not the other's."""
+    vms, uids = vms_at_once.vms, vms_at_once.uids
+    assert uids[0] != uids[1] and uids == [vm.qemu_user[0] for vm in vms]
+    for (mine, other), (own, refused) in vms_at_once.disk_access.items():
+        assert own.returncode == 0, f"uid {uids[mine]} could not open its own job disk: {own.stderr}"
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, \
+            f"uid {uids[mine]} on the job disk of uid {uids[other]}: {refused}"
     for vm in vms:
         assert vm.last_run is not None and vm.describe()["host_observed"]["vmm_process"]["uid"] == vm.qemu_user[0]
         assert_nothing_left(vm)
@@ -443,9 +475,10 @@ Path("/job/out/cgroups.json").write_text(json.dumps(left))
 
 
 @pytest.fixture(scope="module")
-def full_image(tmp_path_factory) -> Path:
-    """The job image (the host's Python stack from its lock, offline), built as the workflow does."""
-    out = tmp_path_factory.mktemp("guest-full") / "full"
+def full_image(guest_images) -> Path:
+    """The job image (the host's Python stack from its lock, offline), built as the workflow does
+    (beside the probe image: the Debian packages both start from are downloaded once)."""
+    out = guest_images / "full"
     guestimage.build_for_workflow("full", out, REPO, {}, None)
     return out
 
