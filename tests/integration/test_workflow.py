@@ -7,15 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import jobs_that_would_run, smoke_config, snakemake, write_config
+from conftest import copy_study, jobs_that_would_run, smoke_config, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
 
-def test_smoke_study_end_to_end_then_incremental(workflow_dir):
-    config = write_config(workflow_dir / "smoke.yaml", smoke_config())
-    snakemake(workflow_dir, "all", "--configfile", str(config))
-
+def test_smoke_study_end_to_end_then_incremental(smoke_study):
+    """The smoke study (conftest.smoke_study: ``all`` of smoke.yaml, guests aside) end to end."""
+    workflow_dir, config = smoke_study, smoke_study / "smoke.yaml"
     summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
     bm = summary[(summary.platform == "BM") & (summary.app == "ic") & (summary.tool == "mlperf")]
     assert sorted(bm.scenario) == ["BM/1/PIN/CPU", "BM/1/VNL/CPU", "BM/2/PIN/CPU", "BM/2/VNL/CPU"]
@@ -84,22 +83,29 @@ def test_smoke_study_end_to_end_then_incremental(workflow_dir):
     # Changing one app setting reruns that app's benchmark jobs and what depends on them, not the dataset.
     changed = smoke_config()
     changed["apps"]["ic"]["batch_size"] = 4
-    write_config(config, changed)
-    counts = jobs_that_would_run(workflow_dir, "all", "--configfile", str(config))
+    changed_path = write_config(workflow_dir / "changed.yaml", changed)  # a dry run: the shared study stays
+    counts = jobs_that_would_run(workflow_dir, "all", "--configfile", str(changed_path))
     assert counts.get("benchmark") == len(summary[summary.app == "ic"])  # every ic scenario (BM, CN)
     assert "dataset" not in counts and "host_facts" not in counts and "cn_image" not in counts
     assert "weights" not in counts  # the batch size is not part of the initialisation
 
 
-def test_latency_smoke_study_runs_every_app_in_every_loadgen_scenario(workflow_dir):
+def test_latency_smoke_study_runs_every_app_in_every_loadgen_scenario(smoke_study, tmp_path):
     """study.scenarios [Offline, SingleStream, Server] on BM and CN (1 core, VNL): every app through real
     LoadGen in each scenario; latency rows carry LoadGen's percentiles and verdict; the latency
-    figures are in the report, the extension's claim in the claims."""
+    figures are in the report, the extension's claim in the claims. Run in a copy of the smoke study:
+    its Offline launches, datasets, weights and image are this study's too."""
     config = smoke_config()
     config["study"].update(scenarios=["Offline", "SingleStream", "Server"], matrix=[
         {"platforms": ["BM", "CN"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"]}])
     config["study"]["tools"] = ["mlperf"]
+    workflow_dir = copy_study(smoke_study, tmp_path / "wf")
     path = write_config(workflow_dir / "latency.yaml", config)
+    # Offline keeps its paths and its specs: the smoke study's Offline launches are this study's,
+    # only the latency runs (2 scenarios x 2 LoadGen scenarios x every app) are new
+    counts = jobs_that_would_run(workflow_dir, "all", "--configfile", str(path))
+    assert counts.get("benchmark") == 2 * 2 * len(config["study"]["apps"]), counts
+    assert not {"dataset", "weights", "cn_image", "host_facts"} & set(counts), counts
     snakemake(workflow_dir, "all", "--configfile", str(path))
 
     summary = pd.read_csv(workflow_dir / "results" / "summary.csv")
