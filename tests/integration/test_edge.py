@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import daemon, free_port, port_open, smoke_config, snakemake, spec_document, write_config
+from conftest import copy_study, daemon, free_port, port_open, smoke_config, snakemake, spec_document, write_config
 from dlvirt.apps.ic import ImageClassification
 from dlvirt.core.records import JobSpec
 from dlvirt.run.remote import COMPLETE, RemoteError, SshHost, run_job_remote
@@ -174,7 +174,8 @@ def test_a_job_stopped_here_stops_there_and_leaves_nothing(sshd: Sshd, ic_datase
 
 
 @pytest.mark.slow
-def test_smoke_study_with_an_edge_host(sshd: Sshd, workflow_dir: Path) -> None:
+def test_smoke_study_with_an_edge_host(sshd: Sshd, smoke_study: Path, tmp_path: Path) -> None:
+    workflow_dir = copy_study(smoke_study, tmp_path / "wf", runs=False)  # its IC dataset and weights
     config = smoke_config()
     one_core = [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]
     config["study"].update(apps=["ic"], tools=["mlperf"], repetitions=1, warmup_repetitions=0, matrix=one_core)

@@ -141,7 +141,7 @@ def test_one_figure_builds_only_what_it_needs(workflow_dir):
     assert counts["figure"] == 1 and "summary" not in counts and "all" not in counts
 
 
-def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow_dir):
+def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(smoke_study, tmp_path):
     """``kill -INT <snakemake>`` (a supervisor's interrupt, not Ctrl-C's process group) stops the
     running benchmark job and its teardown runs: no runner, result, work directory or cgroup stays."""
     import os
@@ -157,7 +157,9 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
 
     config = smoke_config(study={"apps": ["ic"], "tools": ["mlperf"], "repetitions": 50, "warmup_repetitions": 0,
                                  "matrix": [{"platforms": ["BM"], "cores": [1], "pinning": ["PIN"]}]})
-    config["apps"] = {"ic": {"batch_size": 4, "dataset": {"count": 32}, "loadgen": {"min_query_count": 32}}}
+    # the smoke study's IC dataset and weights (the batch size is not part of the initialisation)
+    config["apps"] = {"ic": {**smoke_config()["apps"]["ic"], "batch_size": 4}}
+    workflow_dir = copy_study(smoke_study, tmp_path / "wf", runs=False)
     path = write_config(workflow_dir / "long.yaml", config)
     run = workflow_dir / "results/runs/mlperf/ic/BM/1/PIN/CPU/1.json"
     snake = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", str(run.relative_to(workflow_dir)),
@@ -168,7 +170,7 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
         while time.monotonic() < deadline and snake.poll() is None:
             runners = [pid for pid in job_runners(snake.pid)
                        if b"bench" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
-            if runners and list(run.parent.glob(".work-*/attempt-*/job.json")):
+            if runners and any(run.parent.glob(".work-*/attempt-*/job.json")):
                 break
             time.sleep(0.5)
         assert runners, f"the benchmark job never started: {snake.stderr.read() if snake.poll() is not None else ''}"
@@ -188,7 +190,8 @@ def test_sigint_to_snakemake_alone_stops_the_running_job_within_seconds(workflow
     assert not [p for p in dlvirt_cgroups() if any(p.name.startswith(f"dlvirt-{pid}-") for pid in runners)]
 
 
-def test_replicates_run_in_interleaved_rounds(workflow_dir):
+def test_replicates_run_in_interleaved_rounds(smoke_study, tmp_path):
+    workflow_dir = copy_study(smoke_study, tmp_path / "wf", runs=False)  # its IC dataset and weights
     config = smoke_config(replicates=2)
     config["study"].update(apps=["ic"], tools=["mlperf"], matrix=[
         {"platforms": ["BM"], "cores": [1, 2], "pinning": ["PIN"], "processors": ["CPU"]}])
