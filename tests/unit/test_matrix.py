@@ -45,6 +45,20 @@ def test_host_lacks_left_out_with_reason_or_error_when_strict():
         expand(config(matrix, strict=True), host(2))
 
 
+def test_a_blocks_apps_keep_its_scenarios_to_them_and_say_why_the_rest_are_not_planned():
+    matrix = [{"platforms": ["BM"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"]},
+              {"platforms": ["CN"], "cores": [1], "pinning": ["VNL"], "processors": ["CPU"], "apps": ["nlp"]}]
+    two = {**config(matrix, apps=("ic", "nlp"), strict=True), "apps": {"ic": {}, "nlp": {}}}
+    plan = expand(two, host(2))
+    assert sorted((job.app, job.scenario.name) for job in plan.jobs) == [
+        ("ic", "BM/1/VNL/CPU"), ("nlp", "BM/1/VNL/CPU"), ("nlp", "CN/1/VNL/CPU")]
+    # not planned because the config says so: a left-out entry a figure can show, never a strict error
+    assert [(gap.reason, gap.what, gap.why) for gap in plan.left_out] == [
+        ("not_configured", "mlperf ic CN/1/VNL/CPU", "not in study.matrix[1].apps of this config")]
+    with pytest.raises(ConfigError, match=r"study.matrix\[1\].apps: 'rs' not in study.apps \(ic, nlp\)"):
+        expand({**two, "study": {**two["study"], "matrix": [matrix[0], {**matrix[1], "apps": ["rs"]}]}}, host(2))
+
+
 def test_gpu_kept_when_host_has_one():
     matrix = [{"platforms": ["BM"], "cores": [1], "pinning": ["VNL"], "processors": ["GPU"]}]
     assert names(expand(config(matrix), host(2, gpus=("GPU 0: X",)))) == ["BM/1/VNL/GPU"]

@@ -177,6 +177,9 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
     for b, block in enumerate(blocks):
         where = f"{prefix}[{b}]"
         _check_block(block, where)
+        block_apps = block.get("apps", apps)
+        if unknown := [app for app in block_apps if app not in apps]:
+            raise ConfigError(f"{where}.apps: {', '.join(map(repr, unknown))} not in study.apps ({', '.join(apps)})")
         for platform in block["platforms"]:
             for cores in _cores_levels(block, where, caps, node_cores):
                 for pinning in block["pinning"]:
@@ -200,6 +203,10 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                             continue
                         for tool in tools:
                             for app in apps:
+                                if app not in block_apps:
+                                    plan.left_out.append(Gap("not_configured", f"not in {where}.apps of this config",
+                                                             tool=tool, app=app, scenario=scenario))
+                                    continue
                                 app_why = (tool_class(tool).unsupported_reason(app)
                                            or app_class(app).unsupported_reason(scenario, split_tool(tool)[0]))
                                 if app_why:
@@ -209,10 +216,11 @@ def expand(config: dict[str, Any], caps: Capabilities | None, site: str = LOCAL_
                                 plan.jobs.append(Job(tool, app, scenario, site))
     plan.order_seed = int(study.get("order_seed", 0))
     plan.jobs = interleave(plan.jobs, int(study.get("replicates", 1)), plan.order_seed)
-    if config.get("strict") and plan.left_out:
-        lines = "\n".join(f"  {what}: {why}" for what, why in plan.left_out)
+    cannot = [gap for gap in plan.left_out if gap.reason != "not_configured"]  # a block's apps: asked for
+    if config.get("strict") and cannot:
+        lines = "\n".join(f"  {what}: {why}" for what, why in cannot)
         where = "this host" if site == LOCAL_SITE else f"host {site}"
-        raise ConfigError(f"strict: true and {len(plan.left_out)} scenario(s) cannot run on {where}:\n{lines}")
+        raise ConfigError(f"strict: true and {len(cannot)} scenario(s) cannot run on {where}:\n{lines}")
     return plan
 
 
