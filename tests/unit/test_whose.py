@@ -92,6 +92,9 @@ def test_whose_a_process_and_a_thread_is():
     assert whose.classify(200, "python", False, runner, True, plain) == "launch"  # BM: the runner's child
     assert whose.classify(200, "mkfs.ext4", False, runner, True, Launch(runner_children=False)) == "platform"
     assert whose.classify(400, "editor", False, runner, False, plain) == "other"
+    # below an engine: its runtime's helper (gVisor's gofer, named exe) in no container is the platform's
+    assert whose.classify(os.getpid(), "exe", False, runner, False, plain, below_engine=True) == (
+        "other" if whose.CONTAINER_CGROUP.search(Path("/proc/self/cgroup").read_text()) else "platform")
     # a guest: its VMM's vCPU threads are the launch's, its other threads the platform's; another VMM is others'
     guest = Launch(runner_children=False, vmm=500)
     assert whose.classify(500, "qemu-system-x86", False, runner, False, guest) == "platform"

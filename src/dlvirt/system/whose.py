@@ -13,7 +13,8 @@ a PIN launch's, a guest's vCPU threads, per-CPU kernel threads). Whose it is (``
   process); a container, every process in its cgroup; a guest (VM, MVM, VMCN), its VMM's vCPU threads;
 - **the platform's**: kernel threads; the runner and its ancestors (dlvirt, Snakemake); the engines
   (``PLATFORM_NAMES``: dockerd, containerd, containerd-shim, runc, docker-proxy, libvirtd and its
-  drivers, virtlogd, virtlockd, virtiofsd); the launch's VMM's other threads (QEMU's main loop and
+  drivers, virtlogd, virtlockd, virtiofsd) and their descendants in no container's cgroup (an OCI
+  runtime's helpers: gVisor's gofer, runsc's and crun's calls); the launch's VMM's other threads (QEMU's main loop and
   I/O threads, Firecracker's API and VMM threads); in a guest, the runner's descendants;
 - **others'**: the rest of the CPUs' busy time (user + nice + system; interrupts are the kernel's),
   so also what ended unseen between two readings; ``others_seen`` names the busiest of them.
@@ -50,6 +51,8 @@ PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags: a kernel thread (include/linu
 # the engines' processes (comm, at most 15 characters: containerd-shim-runc-v2 reads containerd-shim)
 PLATFORM_NAMES = re.compile(r"dockerd|containerd|containerd-shim.*|runc|runc:\[.*\]|docker-proxy|libvirtd"
                             r"|virtqemud|virtlogd|virtlockd|virtnetworkd|virtstoraged|virtiofsd")
+# a container's cgroup (Docker's cgroupfs and systemd drivers): a process in one is a container's
+CONTAINER_CGROUP = re.compile(r"docker[-/][0-9a-f]{64}")
 # a VMM's vCPU threads: QEMU's with debug-threads=on (KVM or TCG), Firecracker's
 VCPU_THREAD = re.compile(r"CPU \d+/(KVM|TCG)|fc_vcpu \d+")
 
@@ -120,15 +123,27 @@ def ancestors(pid: int) -> set[int]:
     return found
 
 
-def classify(pid: int, comm: str, kernel: bool, runner: set[int], below_runner: bool, launch: Launch) -> Whose:
+def _in_a_container(pid: int) -> bool:
+    try:
+        return CONTAINER_CGROUP.search(Path(f"/proc/{pid}/cgroup").read_text()) is not None
+    except OSError:
+        return False
+
+
+def classify(pid: int, comm: str, kernel: bool, runner: set[int], below_runner: bool, launch: Launch,
+             below_engine: bool = False) -> Whose:
     """Whose a host process is (a VMM's vCPU threads aside: ``thread_whose``); ``runner``: the
-    runner and its ancestors; ``below_runner``: ``pid`` descends from the runner."""
+    runner and its ancestors; ``below_runner``: ``pid`` descends from the runner; ``below_engine``:
+    from an engine's process (``PLATFORM_NAMES``)."""
     if kernel or pid in runner or pid == launch.vmm or PLATFORM_NAMES.fullmatch(comm):
         return "platform"
     if launch.cgroup is not None and _in_cgroup(pid, launch.cgroup):
         return "launch"
     if below_runner:
         return "launch" if launch.runner_children else "platform"
+    # an OCI runtime's helpers outside any container (gVisor's gofer, runsc's and crun's calls)
+    if below_engine and not _in_a_container(pid):
+        return "platform"
     return "other"
 
 
@@ -168,11 +183,18 @@ def read(cpus: frozenset[int], launch: Launch, runner: set[int], runner_pid: int
         pid = todo.pop()
         below.add(pid)
         todo += children.get(pid, [])
+    below_engines: set[int] = set()
+    todo = [child for pid, (comm, _) in stats.items() if PLATFORM_NAMES.fullmatch(comm)
+            for child in children.get(pid, [])]
+    while todo:
+        pid = todo.pop()
+        below_engines.add(pid)
+        todo += children.get(pid, [])
     processes: dict[tuple[int, int], Process] = {}
     threads: dict[tuple[int, int, int], Thread] = {}
     for pid, (comm, fields) in stats.items():
         kernel = bool(int(fields[6]) & PF_KTHREAD) or int(fields[1]) == 2
-        whose = classify(pid, comm, kernel, runner, pid in below, launch)
+        whose = classify(pid, comm, kernel, runner, pid in below, launch, pid in below_engines)
         key = (pid, int(fields[19]))
         processes[key] = Process(comm=comm, ppid=int(fields[1]), ticks=int(fields[11]) + int(fields[12]),
                                  children=int(fields[13]) + int(fields[14]), whose=whose,
