@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -31,7 +29,8 @@ from dlvirt.core.records import read_run_records
 from dlvirt.plan.design import from_records
 from dlvirt.run.tools import primary
 
-REPO = Path(__file__).resolve().parents[1]
+from jobs import run_study
+
 PERIOD_S = 0.1
 
 
@@ -51,27 +50,19 @@ def run_arm(name: str, load: float | None, keep: Path, extra: list[str]) -> dict
     if load is not None:
         neighbour = multiprocessing.Process(target=duty_cycle, args=(load,), daemon=True)
         neighbour.start()
-    started = time.monotonic()
+    target = keep / name
     try:
-        status = subprocess.run(["snakemake", "--cores", "1", "all", *extra], cwd=REPO, check=False).returncode
+        status, minutes = run_study(target, extra)
     finally:
         if neighbour is not None:
             neighbour.terminate()
             neighbour.join()
-    took = time.monotonic() - started
-    target = keep / name
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for part in ("runs", "summary.csv", "claims.csv"):
-        if (REPO / "results" / part).exists():
-            shutil.move(str(REPO / "results" / part), str(target / part))
     records = read_run_records(sorted((target / "runs").rglob("*.json"))) if (target / "runs").exists() else []
     inputs = from_records(records, primary())
     summary = pd.read_csv(target / "summary.csv") if (target / "summary.csv").exists() else pd.DataFrame()
     marked = summary.dropna(subset=["disturbed_share"]) if "disturbed_share" in summary else summary.iloc[0:0]
     claims = pd.read_csv(target / "claims.csv") if (target / "claims.csv").exists() else pd.DataFrame()
-    return {"arm": name, "exit": status, "minutes": round(took / 60, 1), "launches": len(records),
+    return {"arm": name, "exit": status, "minutes": round(minutes, 1), "launches": len(records),
             "sigma_w": f"{inputs.within ** 0.5:.1%}" if inputs else "n/a",
             "sigma_b": f"{inputs.between ** 0.5:.1%}" if inputs else "n/a",
             "disturbed": f"{(marked['disturbed_share'] * marked['reps']).sum() / max(1, marked['reps'].sum()):.1%}",

@@ -145,3 +145,26 @@ def fresh_raw_loop(app: str, settings: dict[str, Any], dataset: Path, cpus: list
     """``raw_loop`` in a process of its own (a framework sizes its pools once per process)."""
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(raw_loop, app, settings, str(dataset), cpus, passes).result()
+
+
+# what a finished study leaves in results/ that calibrate, compare and the benchmarks read
+STUDY_OUTPUTS = ("runs", "summary.csv", "claims.csv", "host.json", "plan.json")
+
+
+def run_study(keep_as: Path, snakemake: list[str]) -> tuple[int, float]:
+    """``snakemake --cores 1 all`` in this checkout with ``snakemake`` added; then its results
+    (``STUDY_OUTPUTS``) moved to ``keep_as`` (replaced), so that the next study measures afresh.
+    Its exit status and minutes."""
+    import shutil
+    import subprocess
+
+    started = time.monotonic()
+    status = subprocess.run(["snakemake", "--cores", "1", "all", *snakemake], cwd=REPO, check=False).returncode
+    took = (time.monotonic() - started) / 60
+    if keep_as.exists():
+        shutil.rmtree(keep_as)
+    keep_as.mkdir(parents=True)
+    for part in STUDY_OUTPUTS:
+        if (REPO / "results" / part).exists():
+            shutil.move(str(REPO / "results" / part), str(keep_as / part))
+    return status, took
