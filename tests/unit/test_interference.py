@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -52,26 +53,32 @@ def test_a_repetition_is_disturbed_above_the_threshold_and_above_the_accountings
     assert "why" not in account["attempts"][1]
 
 
-@pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")
-def test_a_busy_process_on_the_launchs_cpu_is_seen_and_the_launch_runs_again(tmp_path, noop_dataset):
-    """A real BM launch of the noop app (BM/1/PIN) beside a real process pinned onto the CPU the
-    launch gets: every counted repetition sees it by name and as others' time on its CPU, the rule
-    runs the launch again up to its reruns, and the last attempt stays, marked, with the account."""
-    cpus = topology.place(topology.read(), 1, topology.DEFAULT_POLICY, tuple(sorted(os.sched_getaffinity(0)))).cpus
-    # repetitions of a few tenths of a second: many scheduler ticks each
+def launch_beside(busy_cpus: tuple[int, ...], busy_processes: int | None, tmp_path: Path, dataset: Path,
+                  pinning: str) -> tuple[JobResult, Path]:
+    """A real BM/1/``pinning`` launch of the noop app, rule 5 % with one rerun, beside BUSY processes
+    spinning on ``busy_cpus``: its record and its file. Repetitions of a few tenths of a second:
+    many scheduler ticks each."""
     loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": 20000}
-    rule = {"disturbed_above": 0.05, "reruns": 1}
-    spec = noop_job_spec(noop_dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
-                         interference=rule)
+    spec = noop_job_spec(dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
+                         interference={"disturbed_above": 0.05, "reruns": 1}, pinning=pinning)
     run = tmp_path / "runs" / "1.json"
-    busy = busy_process(cpus)
+    busy = busy_process(busy_cpus, busy_processes)
     try:
         assert main(["bench", "--spec", json.dumps(spec), "--output", str(run),
                      "--loadgen-dir", str(tmp_path / "loadgen")]) == 0
     finally:
         busy.kill()
         busy.wait()
-    record = JobResult.read(run)
+    return JobResult.read(run), run
+
+
+@pytest.mark.skipif(cgroups.version() is None, reason="BM launches need a cgroup controller")
+def test_a_busy_process_on_the_launchs_cpu_is_seen_and_the_launch_runs_again(tmp_path, noop_dataset):
+    """A real BM launch of the noop app (BM/1/PIN) beside a real process pinned onto the CPU the
+    launch gets: every counted repetition sees it by name and as others' time on its CPU, the rule
+    runs the launch again up to its reruns, and the last attempt stays, marked, with the account."""
+    cpus = topology.place(topology.read(), 1, topology.DEFAULT_POLICY, tuple(sorted(os.sched_getaffinity(0)))).cpus
+    record, run = launch_beside(cpus, None, tmp_path, noop_dataset, "PIN")
     assert record.runs[0].observed["affinity"] == list(cpus)
     for rep in record.runs:
         # the launch's one CPU, shared with a process that never sleeps: others took a good part of it
@@ -94,18 +101,7 @@ def test_a_busy_process_on_the_cpu_a_vanilla_launchs_quota_leaves_idle_does_not_
     """A real BM/1/VNL launch floats on every CPU with one core's quota: a process busy beside it
     uses the time the quota leaves, is seen, and takes none of the launch's core."""
     allowed = tuple(sorted(os.sched_getaffinity(0)))
-    loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": 20000}
-    spec = noop_job_spec(noop_dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
-                         interference={"disturbed_above": 0.05, "reruns": 1}, pinning="VNL")
-    run = tmp_path / "runs" / "1.json"
-    busy = busy_process(allowed, processes=len(allowed) - 1)
-    try:
-        assert main(["bench", "--spec", json.dumps(spec), "--output", str(run),
-                     "--loadgen-dir", str(tmp_path / "loadgen")]) == 0
-    finally:
-        busy.kill()
-        busy.wait()
-    record = JobResult.read(run)
+    record, _ = launch_beside(allowed, len(allowed) - 1, tmp_path, noop_dataset, "VNL")
     for rep in record.runs:
         assert rep.telemetry["launch_cores"] == 1 and BUSY in rep.telemetry["others_seen"]
         assert rep.telemetry["others_on_cpus_s"] > 0.5 * rep.telemetry["window_s"]
