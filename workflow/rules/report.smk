@@ -45,7 +45,7 @@ rule claims:
         calibration=config["claims"]["calibration"] or "",
     shell:
         "python -m dlvirt claims --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
-        " --margin {params.margin:q} --calibration {params.calibration:q} --output {output:q} > {log:q} 2>&1"
+        " --margin {params.margin:q} --calibration={params.calibration:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule report:
@@ -70,7 +70,7 @@ rule report:
     shell:
         "python -m dlvirt report --summary {input.summary:q} --host {input.host:q} --plan {input.plan:q}"
         " --claims {input.claims:q} --table1 {input.table1:q} --table2 {input.table2:q}"
-        " --calibration {params.calibration:q} --runs {input.runs:q} --output {output:q} {input.figures:q}"
+        " --calibration={params.calibration:q} --runs {input.runs:q} --output {output:q} {input.figures:q}"
         " > {log:q} 2>&1"
 
 
