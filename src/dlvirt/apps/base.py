@@ -212,6 +212,10 @@ class App(ABC):
     # spinning between parallel regions, which slows inference's many small ones.
     preprocess_on_framework_threads: ClassVar[bool] = False
     in_process: bool = True  # it holds its model in the harness's process (dlvirt.run.tools.base.ModelHost)
+    # It generates tokens (LLM): its LoadGen responses are int32 token ids, and inference calls
+    # ``first_token(position in batch, token)`` (set by the harness) once a request's first token is
+    # out, so that LoadGen measures time to first token and per output token.
+    token_latencies: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -364,6 +368,11 @@ class App(ABC):
     def synthetic_batch(self, batch_size: int) -> Any:
         """A model-ready batch of random inputs of the real shapes, for model-only (DLBS-style)
         timing: what ``infer`` accepts, already collated, with no pre-processing cost."""
+
+    def infer_phases(self) -> dict[str, float]:
+        """Parts of the repetition's inference the app times itself (LLM: prefill and decode, with
+        their CPU time), added to its phases; none by default."""
+        return {}
 
     def begin_repetition(self, out_dir: Path) -> None:
         """Called before each repetition; ``out_dir`` receives its predictions."""

@@ -159,6 +159,10 @@ class SquadGenerator:
             count += len(words)
         return text, sentences
 
+    def paragraph(self) -> str:
+        """One context paragraph's text (LLM's prompts are made of them)."""
+        return self._paragraph()[0]
+
     def _question(self, context: str, sentence: list[tuple[int, str]]) -> tuple[str, list[tuple[str, int]]]:
         """A question about one sentence and its three annotators' answers as (text, answer_start)."""
         length = int(self.rng.integers(1, min(4, len(sentence) - 2) + 1))

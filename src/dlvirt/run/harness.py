@@ -183,6 +183,8 @@ class OfflinePipeline:
         self.queries: queue.SimpleQueue[list[tuple[int, int]] | None] = queue.SimpleQueue()
         # alternating stages: an app whose pre-processing is framework ops runs it on the serving thread
         self.inline_pre = not self.plan.overlap and getattr(app, "preprocess_on_framework_threads", False)
+        # a token app's responses are token ids: LoadGen gets their count and each request's first token
+        self.tokens = app.token_latencies
 
     # LoadGen callbacks ---------------------------------------------------------------------------
     def issue_queries(self, query_samples: list[Any]) -> None:
@@ -248,9 +250,14 @@ class OfflinePipeline:
             done.append((sid, index, future))
         return done
 
+    def _first_token(self, sid: int, token: int) -> None:
+        buffer = np.asarray([token], dtype=np.int32)
+        self.lg.FirstTokenComplete([self.lg.QuerySampleResponse(sid, buffer.ctypes.data, buffer.nbytes)])
+
     def _complete(self, ids: list[int], answers: list[bytes]) -> None:
         buffers = [np.frombuffer(a, dtype=np.uint8) if a else np.zeros(0, np.uint8) for a in answers]
-        responses = [self.lg.QuerySampleResponse(i, b.ctypes.data if b.size else 0, b.size)
+        count = (lambda b: (b.size // 4,)) if self.tokens else (lambda b: ())  # int32 token ids
+        responses = [self.lg.QuerySampleResponse(i, b.ctypes.data if b.size else 0, b.size, *count(b))
                      for i, b in zip(ids, buffers, strict=True)]
         self.lg.QuerySamplesComplete(responses)
         self.completed_ids.update(ids)
@@ -266,6 +273,9 @@ class OfflinePipeline:
                      posts: list[Future[None]]) -> None:
         waited = time.perf_counter()
         items = [future.result() for _, _, future in batch]
+        ids, indices = [sid for sid, _, _ in batch], [idx for _, idx, _ in batch]
+        if self.tokens:
+            self.app.first_token = lambda position, token: self._first_token(ids[position], token)
         start = time.perf_counter()
         self.stall_s += start - waited
         outputs = self.app.infer(items)
@@ -273,7 +283,6 @@ class OfflinePipeline:
         # framework pools are not our threads), so its clock records wall time only
         self.infer.record(start, time.perf_counter(), 0.0)
         self.batches += 1
-        ids, indices = [sid for sid, _, _ in batch], [idx for _, idx, _ in batch]
         if post_pool is None:
             self._postprocess(ids, indices, outputs)
         else:
@@ -325,7 +334,7 @@ class OfflinePipeline:
         return {"pre_s": self.pre.busy_s(), "infer_s": self.infer.busy_s(), "post_s": self.post.busy_s(),
                 "pre_cpu_s": self.pre.cpu_s, "post_cpu_s": self.post.cpu_s,
                 "infer_cpu_s": max(0.0, window_cpu - self.pre.cpu_s - self.post.cpu_s),
-                "stall_s": self.stall_s}
+                "stall_s": self.stall_s, **self.app.infer_phases()}
 
 
 class StreamPipeline(OfflinePipeline):
@@ -452,6 +461,18 @@ def latency_record(detail: dict[str, Any], scenario: str) -> dict[str, Any]:
     }
 
 
+def token_record(detail: dict[str, Any], scenario: str) -> dict[str, Any]:
+    """What a token app's repetition keeps of LoadGen's token measurements: tokens/s, and in
+    SingleStream and Server time to first token and time per output token percentiles (ns)."""
+    if scenario == OFFLINE:
+        return {"tokens_per_s": detail.get("result_tokens_per_second")}
+    return {"tokens_per_s": detail.get("result_completed_tokens_per_second"),
+            "first_token_ns": {name: detail.get(f"result_first_token_{key}_percentile_latency_ns")
+                               for name, key in PERCENTILES.items()},
+            "time_per_output_token_ns": {name: detail.get(f"result_time_per_output_token_{key}_percentile_ns")
+                                         for name, key in PERCENTILES.items()}}
+
+
 def server_target_qps(configured: dict[str, Any], offline_qps: list[float]) -> tuple[float, str]:
     """The Server scenario's target rate and where it came from: ``server_target_qps`` as configured,
     else ``server_qps_fraction`` of the launch's measured Offline throughput (its best warm-up)."""
@@ -484,6 +505,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
     settings.mode = lg.TestMode.PerformanceOnly
     settings.min_query_count = workload
     settings.performance_sample_count_override = perf_count
+    settings.use_token_latencies = app.token_latencies
     if scenario == OFFLINE:
         used = loadgen_settings(settings_cfg, workload, estimate_qps)
         settings.scenario = lg.TestScenario.Offline
@@ -506,6 +528,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
             settings.scenario = lg.TestScenario.Server
             settings.server_target_qps = target_qps[0]
             settings.server_target_latency_ns = int(bound * 1e6) if bound else UNBOUNDED_LATENCY_NS
+            if app.token_latencies:  # MLPerf's LLM bounds, never binding here, as the latency bound
+                settings.ttft_latency = settings.tpot_latency = UNBOUNDED_LATENCY_NS
             used.update(target_qps=target_qps[0], target_qps_from=target_qps[1],
                         target_latency_ns=settings.server_target_latency_ns)
         pipeline = StreamPipeline(app, job.batch_size, lg)
@@ -559,6 +583,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
     }
     if scenario != OFFLINE:
         loadgen.update(scenario=scenario, **latency_record(detail, scenario))
+    if app.token_latencies:
+        loadgen["tokens"] = token_record(detail, scenario)
     return Repetition.measured(
         repetition=rep, e2e_s=e2e, phases=pipeline.phases(), samples=pipeline.samples, batches=pipeline.batches,
         observed=observed, threads=app.threads.to_dict(),  # main() adds what the framework reports
