@@ -72,6 +72,39 @@ def latency_columns(per_launch: list[list[Repetition]]) -> dict[str, Any]:
     return out
 
 
+def token_columns(per_launch: list[list[Repetition]]) -> dict[str, Any]:
+    """A token app's row (LLM): per launch, the mean time to first token (prefill per request) and
+    per output token (decode per token after the first) from the app's own clocks, which every
+    scenario has, Offline included; LoadGen's tokens/s; and in SingleStream and Server LoadGen's
+    percentiles of both (empty for other apps)."""
+    launches = [[r for r in valid if r.phases.get("decode_s") is not None and (r.quality or {}).get("requests")]
+                for valid in per_launch]
+    launches = [valid for valid in launches if valid]
+    if not launches:
+        return {}
+
+    def ttft(r: Repetition) -> float:
+        return float(r.phases["prefill_s"] or 0.0) / int(r.quality["requests"])
+
+    def tpot(r: Repetition) -> float:
+        decoded = int(r.quality["output_tokens"]) - int(r.quality["requests"])
+        return float(r.phases["decode_s"] or 0.0) / decoded if decoded > 0 else math.nan
+
+    per_ttft = [float(np.mean([ttft(r) for r in valid])) for valid in launches]
+    per_tpot = [float(np.mean([tpot(r) for r in valid])) for valid in launches]
+    tokens = [(r.loadgen or {}).get("tokens") or {} for valid in launches for r in valid]
+    out: dict[str, Any] = {
+        "ttft_s": float(np.mean(per_ttft)), "tpot_s": float(np.mean(per_tpot)),
+        "round_ttft_s": ";".join(f"{v:.6g}" for v in per_ttft),
+        "round_tpot_s": ";".join(f"{v:.6g}" for v in per_tpot),
+        "tokens_per_s": mean_of([t.get("tokens_per_s") for t in tokens]),
+    }
+    for name in ("p50", "p90", "p99"):
+        out[f"ttft_{name}_s"] = mean_of([(t.get("first_token_ns") or {}).get(name) for t in tokens]) / 1e9
+        out[f"tpot_{name}_s"] = mean_of([(t.get("time_per_output_token_ns") or {}).get(name) for t in tokens]) / 1e9
+    return out
+
+
 def outlier_list(launches: list[tuple[int, list[Repetition]]]) -> str:
     """The flagged repetitions of each launch that has any: ``round 2: rep 3; round 5: rep 1, 4``."""
     parts = []
@@ -270,6 +303,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         **{f"launch_{part}": split[part] / split["launches"] if split else None for part in (*LAUNCH_PARTS, "total_s")},
         "counted_share": split["counted_s"] / split["total_s"] if split and split["total_s"] > 0 else None,
         **latency_columns(per_launch),
+        **token_columns(per_launch),
         # a deliberately slowed platform (platforms.<P>.slowdown_cpu_quota): never a normal study's row
         "slowed": "; ".join(sorted({f"deliberately slowed: CFS quota {r.platform['slowed']['quota_cores']:g} of "
                                     f"{r.scenario.cores} core(s)" for r in results if r.platform.get("slowed")}))

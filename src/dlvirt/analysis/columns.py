@@ -153,6 +153,18 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("early_stopping_met", "bool", "LoadGen's early-stopping verdict met in every repetition (SingleStream, "
            "Server; not met makes LoadGen's verdict INVALID, the repetitions still count)"),
     Column("loadgen_scenario", "str", "the LoadGen scenario of a latency row: SingleStream or Server"),
+    # token apps (LLM; dlvirt.apps.llm): empty for the others
+    Column("ttft_s", "float", "time to first token (s): prefill per request as the app times it, the mean over "
+           "launches of each launch's mean (every scenario; Offline serves requests one after another)"),
+    Column("tpot_s", "float", "time per output token (s) after the first: decode per token as the app times it, "
+           "the mean over launches of each launch's mean"),
+    Column("round_ttft_s", "list", "each launch's mean time to first token (s), in the order of launch_rounds"),
+    Column("round_tpot_s", "list", "each launch's mean time per output token (s), in the order of launch_rounds"),
+    Column("tokens_per_s", "float", "LoadGen's output tokens per second (Offline: of the whole workload; "
+           "SingleStream, Server: completed)"),
+    *(Column(f"{what}_{name}_s", "float", f"LoadGen's {name} {title} (s), mean over repetitions (SingleStream, "
+             "Server)") for what, title in (("ttft", "time to first token"), ("tpot", "time per output token"))
+      for name in ("p50", "p90", "p99")),
     Column("slowed", "str", "set only where a platform was deliberately slowed (slowdown_cpu_quota, to show "
            "dlvirt compare a real slow-down): not a normal study's row; empty otherwise"),
     Column(formats.KEY, "int", "the summary format's version (dlvirt.core.formats): readers refuse another"),
