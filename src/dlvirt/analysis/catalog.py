@@ -127,6 +127,15 @@ LATENCY_FIGURES: tuple[FigureSpec, ...] = tuple(
                ("latency_tail_quota",), notebook="latency",
                parameters={"tool": run_tool(E2E_TOOL, scenario)})
     for scenario in ("SingleStream", "Server"))
-FIGURES = FIGURES + LATENCY_FIGURES
+# Extension: a token app's (LLM's) time to first token and per output token, per platform and against cores
+TOKEN_FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("tokens_llm", "Extension: LLM time to first token and per output token", E2E_TOOL, ("llm",),
+               "Each scenario's time to first token (prefill) and per output token (decode), normalised to BM at "
+               "the same cores, CPU mode and processor, and both against the scale-up level per platform.",
+               "Not in the paper (it predates LLM serving); decode is memory-bound, so platforms that cost memory "
+               "accesses (nested paging in guests) should slow TPOT more than TTFT.",
+               ("llm_decode_cost",), notebook="tokens", parameters={"app": "llm", "tool": E2E_TOOL}),
+)
+FIGURES = FIGURES + LATENCY_FIGURES + TOKEN_FIGURES
 
 BY_ID = {spec.id: spec for spec in FIGURES}

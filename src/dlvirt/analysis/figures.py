@@ -28,6 +28,7 @@ from dlvirt.analysis.rows import (  # noqa: E402
     BOOT,
     PHASES,
     SITE,
+    TOKEN_TIMES,
     edge_sites,
     emulated,
     first_level_spanning_sockets,
@@ -41,6 +42,7 @@ from dlvirt.analysis.rows import (  # noqa: E402
     present,
     scenario_order,
     select,
+    tokens_beside_baseline,
 )
 from dlvirt.plan.leftout import reasons  # noqa: E402
 
@@ -427,6 +429,49 @@ def latency_figure(summaries: str | Path | Iterable[str | Path], *, tool: str, p
         if ax is axes[0][0]:
             ax.legend(fontsize=7, ncols=2, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.suptitle(title or f"Tail latency ({tool}): p50 and p99 per platform, throttled share beside")
+    _footer(fig, host)
+    fig.tight_layout()
+    return fig
+
+
+TOKEN_COLOURS = {"ttft_s": "#66c2a5", "tpot_s": "#fc8d62"}
+TOKEN_NAMES = {"ttft_s": "time to first token (prefill)", "tpot_s": "time per output token (decode)"}
+
+
+def tokens_figure(summaries: str | Path | Iterable[str | Path], *, app: str, plan: PlanDocument,
+                  tool: str = E2E_TOOL, host: str | Path | None = None, title: str = "") -> plt.Figure:
+    """A token app (LLM): left, each scenario's time to first token and per output token divided by
+    bare metal's at the same cores, CPU mode and processor (ratios of the launch means); right, both
+    against the scale-up level per platform and CPU mode. If virtualisation costs memory-bound
+    decode more than compute-bound prefill, the TPOT bars stand further right than the TTFT bars."""
+    apply_style()
+    baseline = plan.kinds.baseline
+    frame = scenario_order(select(main_site(load_summaries(summaries)), tool=tool, app=app), plan.kinds)
+    table = tokens_beside_baseline(frame, baseline)
+    table = table[table["platform"] != baseline] if not table.empty else table
+    fig = plt.figure(figsize=(14.0, max(3.2, 0.35 * len(table) + 1.6)))
+    grid = fig.add_gridspec(1, 3, width_ratios=[1.3, 1, 1])
+    ax = fig.add_subplot(grid[0, 0])
+    if table.empty:
+        not_measured(ax, why_missing(plan, f"no {app.upper()} rows beside a {baseline} twin in the summary",
+                                     tool=tool, app=app))
+    else:
+        rows = table.reset_index(drop=True)
+        for k, name in enumerate(TOKEN_TIMES):
+            ax.barh(np.arange(len(rows)) + (k - 0.5) * 0.38, rows[f"{name}/{baseline}"], 0.38,
+                    color=TOKEN_COLOURS[name], edgecolor="black", linewidth=0.4, label=TOKEN_NAMES[name])
+        ax.axvline(1.0, color="#555555", linewidth=0.8)
+        ax.set_yticks(range(len(rows)), rows["scenario"], fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xlabel(f"normalised to {baseline} at the same cores, CPU mode and processor", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    for k, name in enumerate(TOKEN_TIMES):
+        side = fig.add_subplot(grid[0, k + 1])
+        e2e_vs_cores(side, frame.assign(no_ci=np.nan), tool=tool, app=app, processor="CPU", plan=plan,
+                     value=name, ci="no_ci", ylabel=f"{TOKEN_NAMES[name]} (s)")
+        if side.get_legend() is not None and k == 0:
+            side.get_legend().remove()
+    fig.suptitle(title or f"Extension: {app.upper()} time to first token and per output token ({tool})")
     _footer(fig, host)
     fig.tight_layout()
     return fig

@@ -129,6 +129,28 @@ def normalised(rows: pd.DataFrame, by: str, baseline: str) -> tuple[pd.DataFrame
     return (pd.concat(out) if out else rows.assign(norm=[], norm_ci=[])), reference
 
 
+TOKEN_TIMES = ("ttft_s", "tpot_s")
+
+
+def tokens_beside_baseline(rows: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """A token app's rows (LLM) with time to first token and per output token, each divided by the
+    ``baseline`` platform's (bare metal) at the same tool, app, cores, CPU mode and processor; rows
+    without a baseline twin or without token times are left out."""
+    keys = ["tool", "app", "cores", "pinning", "processor"]
+    if rows.empty or not set(TOKEN_TIMES) <= set(rows):
+        return pd.DataFrame(columns=[*keys, "platform", "scenario", *TOKEN_TIMES,
+                                     *(f"{t}/{baseline}" for t in TOKEN_TIMES)])
+    out = []
+    for _, group in rows.dropna(subset=list(TOKEN_TIMES)).groupby(keys, sort=False):
+        base = group[group["platform"] == baseline]
+        if base.empty:
+            continue
+        ratios = {f"{t}/{baseline}": group[t] / float(base.iloc[0][t]) for t in TOKEN_TIMES}
+        out.append(group.assign(**ratios))
+    return pd.concat(out) if out else tokens_beside_baseline(rows.iloc[0:0].drop(columns=list(TOKEN_TIMES)),
+                                                              baseline)
+
+
 MECHANISM = ["throttled_pct", "throttled_s", "steal_pct", "ctx_switches", "major_faults"]
 
 

@@ -38,6 +38,7 @@ from dlvirt.analysis.claims.pinning import pinning_lowers_e2e
 from dlvirt.analysis.claims.sandbox import sandbox_costs_preprocessing_not_inference
 from dlvirt.analysis.claims.scaleup import SCALE_UP_FROM, scale_up_stops_paying
 from dlvirt.analysis.claims.study import Study
+from dlvirt.analysis.claims.tokens import decode_costs_more
 from dlvirt.analysis.claims.verdicts import (
     ALPHA,
     DEFAULT_MARGIN,
@@ -127,6 +128,15 @@ CLAIMS: tuple[Claim, ...] = (
           "of the ratio; pre-processing: yes: slower beyond {margin} (one-sided t-test against +{margin}); inference: "
           "within ±{margin} (TOST); Holm over the two parts; holds if both",
           sandbox_costs_preprocessing_not_inference),
+    Claim("llm_decode_cost", "Extension: virtualisation slows LLM decode (memory-bound) more than prefill",
+          "extension (not the paper's claim): decode is memory-bandwidth bound, prefill compute bound (Pope et al., "
+          "MLSys 2023; Kwon et al., SOSP 2023), and guests pay two-dimensional page walks on memory-bound work "
+          "(Bhargava et al., ASPLOS 2008); tokens figure",
+          "per token-app row pair at the same app, cores, CPU mode and processor: each launch's TPOT/TTFT (the app's "
+          "own prefill and decode clocks), virtualised platform over BM, averaged over the pairs; the launch-level "
+          "model log(launch TPOT/TTFT) ~ scenario + round per site, tool and hardware, 90 % interval of the ratio; "
+          "yes: growth beyond {margin} (one-sided t-test against +{margin}); no: less, negligible if within "
+          "±{margin} (TOST)", decode_costs_more),
 )
 
 
