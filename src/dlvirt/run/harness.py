@@ -184,7 +184,7 @@ class OfflinePipeline:
         # alternating stages: an app whose pre-processing is framework ops runs it on the serving thread
         self.inline_pre = not self.plan.overlap and getattr(app, "preprocess_on_framework_threads", False)
         # a token app's responses are token ids: LoadGen gets their count and each request's first token
-        self.tokens = app.token_latencies
+        self.tokens = getattr(app, "token_latencies", False)
 
     # LoadGen callbacks ---------------------------------------------------------------------------
     def issue_queries(self, query_samples: list[Any]) -> None:
@@ -334,7 +334,7 @@ class OfflinePipeline:
         return {"pre_s": self.pre.busy_s(), "infer_s": self.infer.busy_s(), "post_s": self.post.busy_s(),
                 "pre_cpu_s": self.pre.cpu_s, "post_cpu_s": self.post.cpu_s,
                 "infer_cpu_s": max(0.0, window_cpu - self.pre.cpu_s - self.post.cpu_s),
-                "stall_s": self.stall_s, **self.app.infer_phases()}
+                "stall_s": self.stall_s, **getattr(self.app, "infer_phases", dict)()}
 
 
 class StreamPipeline(OfflinePipeline):
@@ -505,7 +505,8 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
     settings.mode = lg.TestMode.PerformanceOnly
     settings.min_query_count = workload
     settings.performance_sample_count_override = perf_count
-    settings.use_token_latencies = app.token_latencies
+    tokens = getattr(app, "token_latencies", False)
+    settings.use_token_latencies = tokens
     if scenario == OFFLINE:
         used = loadgen_settings(settings_cfg, workload, estimate_qps)
         settings.scenario = lg.TestScenario.Offline
@@ -528,7 +529,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
             settings.scenario = lg.TestScenario.Server
             settings.server_target_qps = target_qps[0]
             settings.server_target_latency_ns = int(bound * 1e6) if bound else UNBOUNDED_LATENCY_NS
-            if app.token_latencies:  # MLPerf's LLM bounds, never binding here, as the latency bound
+            if tokens:  # MLPerf's LLM bounds, never binding here, as the latency bound
                 settings.ttft_latency = settings.tpot_latency = UNBOUNDED_LATENCY_NS
             used.update(target_qps=target_qps[0], target_qps_from=target_qps[1],
                         target_latency_ns=settings.server_target_latency_ns)
@@ -583,7 +584,7 @@ def run_repetition(app: App, job: HarnessJob, rep: int, out_dir: Path, estimate_
     }
     if scenario != OFFLINE:
         loadgen.update(scenario=scenario, **latency_record(detail, scenario))
-    if app.token_latencies:
+    if tokens:
         loadgen["tokens"] = token_record(detail, scenario)
     return Repetition.measured(
         repetition=rep, e2e_s=e2e, phases=pipeline.phases(), samples=pipeline.samples, batches=pipeline.batches,
