@@ -43,6 +43,7 @@ class Architecture:
     rope_theta: float
     rms_eps: float = 1e-5
     tied_embeddings: bool = False  # the output projection is the token embedding (no output.weight)
+    stand_in: bool = False         # a test shape, not a published model: its rows are never evidence
 
     @property
     def head_dim(self) -> int:
@@ -66,7 +67,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
     Architecture("tinyllama-1.1b", "TinyLlama-1.1B", layers=22, embedding=2048, heads=32, kv_heads=4,
                  feed_forward=5632, vocab=32000, context=2048, rope_theta=10000.0),
     Architecture("tiny", "a test shape (not a published model)", layers=2, embedding=64, heads=4, kv_heads=2,
-                 feed_forward=128, vocab=512, context=512, rope_theta=10000.0),
+                 feed_forward=128, vocab=512, context=512, rope_theta=10000.0, stand_in=True),
 )}
 DEFAULT_ARCHITECTURE = "smollm2-135m"
 QUANTISATIONS = ("Q8_0", "Q4_0", "F16")
