@@ -109,9 +109,15 @@ install_python() {
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   local stamp="$venv/.dlvirt-requirements.sha256"
   local want
-  want=$(cat "$LOCK" envs/pip.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  want=$(cat "$LOCK" envs/pip.txt pyproject.toml "envs/llama-cpp-cmake-$STACK.txt" | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$venv/bin/pip" install -q --require-hashes -r envs/pip.txt
+    # llama-cpp-python builds its vendored llama.cpp from the locked sdist with these CMake options
+    # (envs/llama-cpp-cmake-*.txt: one portable x86-64 AVX2 build for every platform, emulated guests
+    # included; the GPU stack's adds CUDA); the rest of the lock installs as published wheels
+    export CMAKE_ARGS CMAKE_BUILD_PARALLEL_LEVEL
+    CMAKE_ARGS=$(cat "envs/llama-cpp-cmake-$STACK.txt")
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
     # every archive checked against the lock's sha256s (envs/lock.py writes them)
     "$venv/bin/pip" install -q --require-hashes "${PIP_OPTS[@]}" -r "$LOCK"
     "$venv/bin/pip" install -q --no-deps --no-build-isolation -e .

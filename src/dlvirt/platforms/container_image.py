@@ -64,6 +64,10 @@ LOCAL_WHEELS = Path("/opt/wheels")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
+# The CMake options llama-cpp-python's sdist builds llama.cpp with, per stack (setup.sh reads them too)
+LLAMA_CPP_CMAKE = "envs/llama-cpp-cmake-{}.txt"
+
+
 def host_stack() -> str:
     return str(python_stack(job_packages())["stack"])
 
@@ -78,7 +82,8 @@ def image_inputs(root: Path) -> list[Path]:
     package = Path(root) / "src" / "dlvirt"
     code = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix in (*SOURCE_SUFFIXES, ".typed")
                   and "__pycache__" not in p.parts)
-    return [Path(root) / DOCKERFILE, Path(root) / host_lock(), Path(root) / "pyproject.toml", *code]
+    return [Path(root) / DOCKERFILE, Path(root) / host_lock(), Path(root) / LLAMA_CPP_CMAKE.format(host_stack()),
+            Path(root) / "pyproject.toml", *code]
 
 
 def _digest(parts: list[tuple[str, bytes]]) -> str:
@@ -188,7 +193,8 @@ def resolve_wheelhouse(root: Path, context: Path) -> None:
         return
     shutil.rmtree(wheelhouse, ignore_errors=True)
     wheelhouse.mkdir(parents=True)
-    env = dict(os.environ)
+    # llama-cpp-python's sdist builds here as setup.sh builds it (or comes from pip's cache of that build)
+    env = dict(os.environ, CMAKE_ARGS=(Path(root) / LLAMA_CPP_CMAKE.format(host_stack())).read_text().strip())
     if host_stack() == "gpu":
         extra: list[str] = []
         env["PIP_FIND_LINKS"] = ""  # PyPI's CUDA torch 2.13.0: a local +cpu wheel would satisfy the pin too
