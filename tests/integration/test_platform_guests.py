@@ -484,11 +484,13 @@ def full_image(guest_images) -> Path:
 
 
 # One sample per job in the emulated server: IC's ResNet50 (minutes of emulated compute an image),
-# RS's DLRM with 100 lines a sample and tables capped at 1000 rows (recorded in the result): seconds.
+# RS's DLRM with 100 lines a sample and tables capped at 1000 rows (recorded in the result), LLM's
+# tiny shape (llama.cpp's AVX2 build, which QEMU's TCG emulates): seconds.
 JOBS_IN_GUEST = {
     "ic": {"batch_size": 1, "dataset": {"path": None, "count": 1}, "loadgen": {"min_query_count": 1}},
     "rs": {"batch_size": 1, "max_rows_per_table": 1000, "loadgen": {"min_query_count": 1},
            "dataset": {"path": None, "count": 1, "lines_per_sample": {"min": 100, "max": 100}}},
+    "llm": {"loadgen": {"min_query_count": 1}, "dataset": {"path": None, "count": 1}},  # smoke.yaml's tiny shape
 }
 
 
@@ -502,7 +504,7 @@ def app_settings_in_guest(app: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("app", ["rs", pytest.param("ic", marks=TCG_IC)])
+@pytest.mark.parametrize("app", ["rs", "llm", pytest.param("ic", marks=TCG_IC)])
 def test_bm_pin_and_vnl_jobs_on_an_emulated_two_socket_numa_host_with_cgroup_v2(app, full_image, tmp_path):
     """Real jobs (LoadGen Offline, one sample) in a guest with two sockets and two NUMA nodes:
     BM/2/PIN lands on one socket and its node's memory (cpuset.cpus + cpuset.mems in the unified

@@ -342,7 +342,7 @@ def test_the_margin_is_a_setting():
 
 def test_every_claim_gets_a_row_on_an_empty_summary():
     table = evaluate(pd.DataFrame(), 2, [])
-    assert len(table) == 9 and set(table["verdict"]) == {UNTESTABLE}  # the paper's 7 and two extensions
+    assert len(table) == 10 and set(table["verdict"]) == {UNTESTABLE}  # the paper's 7 and three extensions
     assert table["evidence"].str.len().min() > 10
 
 

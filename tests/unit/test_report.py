@@ -12,7 +12,7 @@ from dlvirt.analysis.report import claim_parts, render
 
 def test_table1_from_run_records(built_tables):
     table = pd.read_csv(built_tables["table1"]).set_index("app")
-    assert list(table.index) == ["IC", "SR", "NLP", "RS"]
+    assert list(table.index) == ["IC", "SR", "NLP", "RS", "LLM"]
     ic = table.loc["IC"]
     assert (ic["model"], ic["framework"], ic["dataset_source"], ic["weights"]) == ("ResNet50", "tensorflow",
                                                                                  "synthetic", "random")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dlvirt.apps.base import App
 from dlvirt.apps.ic import ImageClassification
+from dlvirt.apps.llm import TextGeneration
 from dlvirt.apps.nlp import QuestionAnswering
 from dlvirt.apps.noop import NoopApp
 from dlvirt.apps.rs import Recommendation
@@ -16,7 +17,7 @@ from dlvirt.apps.sr import SpeechRecognition
 from dlvirt.core.kinds import AppKind, look_up, registry
 
 _IMPLEMENTED: list[type[App]] = [ImageClassification, SpeechRecognition, QuestionAnswering, Recommendation,
-                                 NoopApp]
+                                 TextGeneration, NoopApp]
 CLASSES: dict[str, type[App]] = registry(_IMPLEMENTED)
 KINDS: dict[str, AppKind] = {name: cls.kind for name, cls in CLASSES.items()}
 
