@@ -254,7 +254,8 @@ class TextGeneration(App):
                            "engine": self.engine_name, "offload": self.engine.offload(),
                            "context": self.context, "mlperf_reference_size": not self.architecture.stand_in})
         if self.architecture.stand_in:
-            provenance["note"] = f"NOT {self.kind.model}: apps.llm.architecture is {self.architecture.name}, a test shape"
+            provenance["note"] = (f"NOT {self.kind.model}: apps.llm.architecture is {self.architecture.name}, "
+                                  "a test shape")
         if self.model_facts:
             provenance["written"] = self.model_facts
         elif self.weights_path is None:
