@@ -86,6 +86,15 @@ def test_the_gguf_holds_the_architecture_quantised(llm_dataset, llm_weights):
     assert types["blk.0.ffn_down.weight"] == "Q8_0" and types["blk.0.attn_norm.weight"] == "F32"
 
 
+def test_the_model_file_is_the_same_bytes_whenever_it_is_written(llm_dataset, llm_weights, tmp_path):
+    again = tmp_path / "again.gguf"
+    TextGeneration.write_model(SETTINGS, llm_dataset, again)
+    assert again.read_bytes() == open(llm_weights["path"], "rb").read()
+    other = tmp_path / "q4.gguf"
+    TextGeneration.write_model({**SETTINGS, "quantisation": "Q4_0"}, llm_dataset, other)
+    assert other.stat().st_size < again.stat().st_size
+
+
 def test_published_model_is_pinned_by_revision_and_digest():
     published = llm_model.PUBLISHED
     assert published["architecture"] in llm_model.ARCHITECTURES and len(published["sha256"]) == 64
