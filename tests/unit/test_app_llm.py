@@ -5,6 +5,7 @@ llama.cpp through llama-cpp-python, a fraction of a second)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_the_gguf_holds_the_architecture_quantised(llm_dataset, llm_weights):
 def test_the_model_file_is_the_same_bytes_whenever_it_is_written(llm_dataset, llm_weights, tmp_path):
     again = tmp_path / "again.gguf"
     TextGeneration.write_model(SETTINGS, llm_dataset, again)
-    assert again.read_bytes() == open(llm_weights["path"], "rb").read()
+    assert again.read_bytes() == Path(llm_weights["path"]).read_bytes()
     other = tmp_path / "q4.gguf"
     TextGeneration.write_model({**SETTINGS, "quantisation": "Q4_0"}, llm_dataset, other)
     assert other.stat().st_size < again.stat().st_size
