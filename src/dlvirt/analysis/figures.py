@@ -469,8 +469,9 @@ def tokens_figure(summaries: str | Path | Iterable[str | Path], *, app: str, pla
         side = fig.add_subplot(grid[0, k + 1])
         e2e_vs_cores(side, frame.assign(no_ci=np.nan), tool=tool, app=app, processor="CPU", plan=plan,
                      value=name, ci="no_ci", ylabel=f"{TOKEN_NAMES[name]} (s)")
-        if side.get_legend() is not None and k == 0:
-            side.get_legend().remove()
+        legend = side.get_legend()
+        if legend is not None and k == 0:  # one legend, beside the last panel
+            legend.remove()
     fig.suptitle(title or f"Extension: {app.upper()} time to first token and per output token ({tool})")
     _footer(fig, host)
     fig.tight_layout()

@@ -11,6 +11,7 @@ import hashlib
 import os
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -216,6 +217,7 @@ class App(ABC):
     # ``first_token(position in batch, token)`` (set by the harness) once a request's first token is
     # out, so that LoadGen measures time to first token and per output token.
     token_latencies: ClassVar[bool] = False
+    first_token: Callable[[int, int], None] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +124,7 @@ class TextGeneration(App):
         self.architecture = llm_model.architecture(self.settings.get("architecture", llm_model.DEFAULT_ARCHITECTURE))
         self.engine_name = str(self.settings.get("engine", DEFAULT_ENGINE))
         self.engine_cls = engine_class(self.engine_name)
-        # the harness's LoadGen hook: called with a request's place in its batch once its first token is out
-        self.first_token: Callable[[int, int], None] | None = None
+        self.first_token = None  # the harness's LoadGen hook (App.token_latencies)
         self.model_facts: dict[str, Any] = {}
         self._clear_phases()
 
