@@ -12,12 +12,21 @@ alone are printed too. The GGUF is the app's random model at ``--architecture`` 
 into ``--work``).
 
     python benchmarks/llm_peer.py [--architecture smollm2-135m] [--prompt 128] [--output 32]
-                                  [--threads 2] [--repetitions 5] [--work resources/llm-peer]
+                                  [--threads 2] [--repetitions 5] [--rounds 3] [--work resources/llm-peer]
+                                  [--llama-bench PATH]
 
-llama-bench is built once into ``--work`` (cmake + a C++ compiler; ~10 min on 2 cores); the
-sdist comes through pip from the lock (its sha256 checked). Where it cannot be built the script says
-why and compares with llama-cpp-python's low-level decode loop (``llama_decode`` on one batch a
-step, no Python bookkeeping) instead.
+Rates count token evaluations: llama-bench's ``pg`` evaluates the prompt and ``OUTPUT`` generated
+tokens, the engine the prompt and ``OUTPUT - 1`` (its first output token comes from prefill's
+logits). Decode (``tg``) differs in where it starts: llama-bench's from an empty context, the
+engine's after the prompt (a slightly longer attention). ``--rounds`` alternate both, so that a drift in
+the machine's speed hits both; the median ratio is printed.
+
+llama-bench is built once into ``--work`` (cmake + a C++ compiler: llama.cpp compiled again, tens of
+minutes on 2 busy cores), or given (``--llama-bench``: e.g. from the tree that built the installed
+llama-cpp-python, reconfigured with ``-DLLAMA_BUILD_TOOLS=ON``); the sdist comes through pip from the
+lock (its sha256 checked). Where it cannot be built the script says why and compares with
+llama-cpp-python's low-level decode loop (``llama_decode`` on one batch a step, no Python
+bookkeeping) instead.
 """
 
 from __future__ import annotations
@@ -110,7 +119,7 @@ def ours(engine: LlamaCpp, prompt: int, output: int, reps: int, vocab: int) -> d
         done = time.perf_counter()
         pp.append(prompt / (prefilled - start))
         tg.append((output - 1) / (done - prefilled))
-        pg.append((prompt + output) / (done - start))
+        pg.append((prompt + output - 1) / (done - start))  # token evaluations: the first output comes from prefill
     return {"pp": float(np.mean(pp)), "tg": float(np.mean(tg)), "pg": float(np.mean(pg))}
 
 
@@ -152,6 +161,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--work", type=Path, default=REPO / "resources" / "llm-peer")
+    parser.add_argument("--llama-bench", type=Path, default=None,
+                        help="a llama-bench already built from the same source (else built into --work)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of both (the median ratio)")
     args = parser.parse_args()
     settings = {"architecture": args.architecture, "quantisation": args.quantisation, "seed": 0}
     model = args.work / TextGeneration.weights_tag(settings) / TextGeneration.weights_file_name(settings)
@@ -160,23 +172,36 @@ def main() -> int:
     context = args.prompt + args.output + 16
     engine = LlamaCpp(model, args.threads, "CPU", context, 0)
     vocab = int(engine.llm.n_vocab())
-    mine = ours(engine, args.prompt, args.output, args.repetitions, vocab)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     print(f"CPU: {cpu}; threads {args.threads}; {args.architecture} {args.quantisation}; "
-          f"prompt {args.prompt}, output {args.output}; {args.repetitions} repetitions")
+          f"prompt {args.prompt}, output {args.output}; {args.repetitions} repetitions a round, {args.rounds} rounds")
     try:
-        binary = build_llama_bench(args.work)
-        peer, what = llama_bench(binary, model, args.prompt, args.output, args.threads, args.repetitions), \
-            f"llama-bench ({binary})"
+        binary = args.llama_bench or build_llama_bench(args.work)
+
+        def peer_round() -> dict[str, float]:
+            return llama_bench(binary, model, args.prompt, args.output, args.threads, args.repetitions)
+
+        what = "llama-bench"
+        print(f"peer: {binary}")
     except (subprocess.CalledProcessError, OSError, StopIteration) as err:
-        print(f"llama-bench could not be built or run ({err}): comparing with the low-level decode loop")
-        peer, what = low_level(engine, args.prompt, args.output, args.repetitions), "llama_decode loop"
-    for name, title in (("pp", "prefill"), ("tg", "decode"), ("pg", "request (prefill + decode)")):
-        if name in peer:
-            print(f"{title:28s} dlvirt {mine[name]:9.1f} tok/s   {what.split()[0]} {peer[name]:9.1f} tok/s   "
-                  f"ratio {mine[name] / peer[name]:.3f}")
-    print(f"peer ratio (request tokens/s, dlvirt / {what.split()[0]}): {mine['pg'] / peer['pg']:.3f}")
+        print(f"llama-bench could not be built ({err}): comparing with the low-level decode loop")
+
+        def peer_round() -> dict[str, float]:
+            return low_level(engine, args.prompt, args.output, args.repetitions)
+
+        what = "llama_decode-loop"
+    ratios = []
+    for k in range(args.rounds):  # alternating, so that a drift in the machine's speed hits both
+        mine = ours(engine, args.prompt, args.output, args.repetitions, vocab)
+        peer = peer_round()
+        for name, title in (("pp", "prefill"), ("tg", "decode"), ("pg", "request (prefill + decode)")):
+            if name in peer:
+                print(f"round {k + 1} {title:27s} dlvirt {mine[name]:9.1f} tok/s   {what} {peer[name]:9.1f} tok/s   "
+                      f"ratio {mine[name] / peer[name]:.3f}")
+        ratios.append(mine["pg"] / peer["pg"])
+    print(f"peer ratio (request tokens/s, dlvirt / {what}), median of {len(ratios)} rounds: "
+          f"{float(np.median(ratios)):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
     return 0
 
 

@@ -23,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from snakemake.utils import validate
@@ -310,6 +311,7 @@ def test_ctrl_c_stops_a_guest_job_and_leaves_nothing(probe_image, tmp_path, poin
     (and on SIGINT + SIGTERM at once) at each point, quickly, and leaves no VMM and no work folder."""
     code = f"""
 from pathlib import Path
+from typing import Any
 from dlvirt.core.owner import new_run_id
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import stop_on_signals
@@ -332,6 +334,7 @@ def test_stale_guest_of_a_killed_runner_is_removed(probe_image, tmp_path):
     code = f"""
 import sys
 from pathlib import Path
+from typing import Any
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.run.runner import new_run_id
 from dlvirt.core.scenario import Scenario
@@ -459,6 +462,7 @@ class TwoSocketHost(MicroVM):
 BM_JOBS_IN_GUEST = """
 import json
 from pathlib import Path
+from typing import Any
 from dlvirt.core.records import JobSpec
 from dlvirt.run.runner import run_job
 
@@ -486,7 +490,7 @@ def full_image(guest_images) -> Path:
 # One sample per job in the emulated server: IC's ResNet50 (minutes of emulated compute an image),
 # RS's DLRM with 100 lines a sample and tables capped at 1000 rows (recorded in the result), LLM's
 # tiny shape (llama.cpp's AVX2 build, which QEMU's TCG emulates): seconds.
-JOBS_IN_GUEST = {
+JOBS_IN_GUEST: dict[str, dict[str, Any]] = {
     "ic": {"batch_size": 1, "dataset": {"path": None, "count": 1}, "loadgen": {"min_query_count": 1}},
     "rs": {"batch_size": 1, "max_rows_per_table": 1000, "loadgen": {"min_query_count": 1},
            "dataset": {"path": None, "count": 1, "lines_per_sample": {"min": 100, "max": 100}}},

@@ -126,6 +126,7 @@ class TextGeneration(App):
         self.engine_cls = engine_class(self.engine_name)
         self.first_token = None  # the harness's LoadGen hook (App.token_latencies)
         self.model_facts: dict[str, Any] = {}
+        self._scratch: Path | None = None  # where a launch without a weights resource writes its model
         self._clear_phases()
 
     def sample_count(self) -> int:
@@ -151,7 +152,6 @@ class TextGeneration(App):
         return path, {}
 
     def load_model(self) -> None:
-        self._scratch: Path | None = None
         self.model_file, self.file_facts = self._model_file()
         self.gguf = llm_model.read_metadata(self.model_file)
         context = int(self.settings.get("context") or 0) or min(int(self.gguf.get("context") or 2048), 4096)
