@@ -14,6 +14,7 @@ cd "$(dirname "$(readlink -f "$0")")"
 # The study's (install, study):
 APT_STUDY=(
   python3 python3-venv python3-dev build-essential pkg-config ca-certificates  # .venv; libvirt-python builds
+  cmake                                # llama-cpp-python builds its vendored llama.cpp (LLM)
   e2fsprogs util-linux procps          # mkfs.ext4/debugfs (guest disks), taskset, ps
   docker.io debootstrap debian-archive-keyring  # CN: dlvirt starts its own dockerd, builds its image offline
   runsc                                # SCN: gVisor; dlvirt's dockerd registers it (its own config file only)
