@@ -311,7 +311,6 @@ def test_ctrl_c_stops_a_guest_job_and_leaves_nothing(probe_image, tmp_path, poin
     (and on SIGINT + SIGTERM at once) at each point, quickly, and leaves no VMM and no work folder."""
     code = f"""
 from pathlib import Path
-from typing import Any
 from dlvirt.core.owner import new_run_id
 from dlvirt.core.scenario import Scenario
 from dlvirt.core.signals import stop_on_signals
@@ -334,7 +333,6 @@ def test_stale_guest_of_a_killed_runner_is_removed(probe_image, tmp_path):
     code = f"""
 import sys
 from pathlib import Path
-from typing import Any
 from dlvirt.platforms.mvm import MicroVM
 from dlvirt.run.runner import new_run_id
 from dlvirt.core.scenario import Scenario
@@ -462,7 +460,6 @@ class TwoSocketHost(MicroVM):
 BM_JOBS_IN_GUEST = """
 import json
 from pathlib import Path
-from typing import Any
 from dlvirt.core.records import JobSpec
 from dlvirt.run.runner import run_job
 
