@@ -496,10 +496,11 @@ JOBS_IN_GUEST: dict[str, dict[str, Any]] = {
 
 
 def app_settings_in_guest(app: str) -> dict:
-    """The app's section as the workflow hands it to a job: smoke.yaml's, resized to one sample,
-    with the schema's defaults filled in."""
+    """The app's section as the workflow hands it to a job: smoke.yaml's, resized to one sample
+    (its dataset section's other keys kept), with the schema's defaults filled in."""
     config = smoke_config()
-    config["apps"][app] = {**config["apps"][app], **JOBS_IN_GUEST[app]}
+    section, resized = config["apps"][app], JOBS_IN_GUEST[app]
+    config["apps"][app] = {**section, **resized, "dataset": {**section.get("dataset", {}), **resized["dataset"]}}
     validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     return config["apps"][app]
 

@@ -18,14 +18,14 @@ from dlvirt.run.harness import token_record
 
 LENGTHS = {"input": {"median": 24, "sigma": 0.5, "min": 4, "max": 64},
            "output": {"median": 6, "sigma": 0.4, "min": 2, "max": 12}}
-SETTINGS = {"dataset": {"count": 6, "seed": 3, "path": None}, "seed": 0, "architecture": "tiny",
-            "quantisation": "Q8_0", "engine": "llama.cpp", "lengths": LENGTHS}
+SETTINGS = {"dataset": {"count": 6, "seed": 3, "path": None, "lengths": LENGTHS}, "seed": 0, "architecture": "tiny",
+            "quantisation": "Q8_0", "engine": "llama.cpp"}
 
 
 @pytest.fixture(scope="module")
 def llm_dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("llm-dataset")
-    TextGeneration.prepare_dataset(out, SETTINGS)
+    TextGeneration.prepare_dataset(out, {"dataset": SETTINGS["dataset"]})  # all the dataset rule hands over
     return out
 
 
@@ -40,7 +40,7 @@ def test_lengths_are_drawn_log_normal_and_clipped():
     rng = np.random.default_rng(0)
     drawn = llm_workload.draw_lengths(rng, {"median": 100, "sigma": 1.0, "min": 20, "max": 300}, 4000, "input")
     assert drawn.min() == 20 and drawn.max() == 300 and 80 <= np.median(drawn) <= 120
-    with pytest.raises(AppError, match=r"apps.llm.lengths.output: missing sigma"):
+    with pytest.raises(AppError, match=r"apps.llm.dataset.lengths.output: missing sigma"):
         llm_workload.draw_lengths(rng, {"median": 5, "min": 1, "max": 9}, 3, "output")
     with pytest.raises(AppError, match=r"1 <= min <= max"):
         llm_workload.draw_lengths(rng, {"median": 5, "sigma": 1, "min": 9, "max": 1}, 3, "input")
@@ -51,7 +51,7 @@ def test_the_prompt_file_holds_enough_words_and_says_its_distribution(llm_datase
     assert len(prompts) == 6 and len({p.id for p in prompts}) == 6
     assert all(len(p.prompt.split()) >= p.input_tokens and 2 <= p.output_tokens <= 12 for p in prompts)
     info = json.loads((llm_dataset / "dataset.json").read_text())
-    assert info["lengths"] == LENGTHS and "MLPerf" in info["source"]
+    assert info["lengths"] == LENGTHS and "MLPerf" in info["distribution"] and info["source"] == "synthetic"
     assert info["output_tokens"]["sum"] == sum(p.output_tokens for p in prompts)
 
 

@@ -60,7 +60,7 @@ class TextGeneration(App):
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
         dataset = settings["dataset"]
         return llm_workload.generate(out_dir / llm_workload.PROMPTS, int(dataset["count"]), int(dataset["seed"]),
-                                     settings["lengths"])
+                                     dataset["lengths"])
 
     @classmethod
     def check_real_dataset(cls, root: Path, settings: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,8 @@ tokens each (MLCommons, "Llama 2 70B: an MLPerf Inference benchmark for large la
 2024; the reference implementation's README, mlcommons/inference language/llama2-70b), GPT-J's and
 Llama 3.1 8B's CNN/DailyMail articles are long inputs with short summaries. dlvirt draws each
 length from a log-normal (``median``, ``sigma``) clipped to [``min``, ``max``]: that shape, with
-parameters that are a study's choice (config ``apps.llm.lengths``), not fitted to either dataset,
-and small enough for this machine kind. Every result records the distribution it drew from.
+parameters that are a study's choice (config ``apps.llm.dataset.lengths``), not fitted to either
+dataset, and small enough for this machine kind. Every result records the distribution it drew from.
 
 A prompt file (``prompts.jsonl``) holds one JSON object a line: ``id``, ``prompt`` (text),
 ``input_tokens`` (the prompt is cut to this many tokens after tokenisation; null: not cut) and
@@ -31,8 +31,8 @@ from dlvirt.apps.squad import SquadGenerator
 
 PROMPTS = "prompts.jsonl"
 LENGTH_KEYS = ("median", "sigma", "min", "max")
-SOURCE = ("log-normal clipped to [min, max], shaped like MLPerf Inference's LLM datasets (Llama 2 70B: "
-          "OpenOrca, inputs and outputs of at most 1024 tokens); parameters are the study's, not fitted")
+DISTRIBUTION = ("log-normal clipped to [min, max], shaped like MLPerf Inference's LLM datasets (Llama 2 70B: "
+                "OpenOrca, inputs and outputs of at most 1024 tokens); parameters are the study's, not fitted")
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,10 @@ def draw_lengths(rng: np.random.Generator, spec: dict[str, Any], count: int, wha
     """``count`` token lengths from ``spec`` (``LENGTH_KEYS``): log-normal, rounded, clipped."""
     missing = [key for key in LENGTH_KEYS if key not in spec]
     if missing:
-        raise AppError(f"apps.llm.lengths.{what}: missing {', '.join(missing)}")
+        raise AppError(f"apps.llm.dataset.lengths.{what}: missing {', '.join(missing)}")
     low, high = int(spec["min"]), int(spec["max"])
     if not 1 <= low <= high or float(spec["median"]) <= 0 or float(spec["sigma"]) < 0:
-        raise AppError(f"apps.llm.lengths.{what}: need 1 <= min <= max, median > 0, sigma >= 0 (got {spec})")
+        raise AppError(f"apps.llm.dataset.lengths.{what}: need 1 <= min <= max, median > 0, sigma >= 0 (got {spec})")
     drawn = rng.lognormal(np.log(float(spec["median"])), float(spec["sigma"]), size=count)
     return np.clip(np.rint(drawn), low, high).astype(int)
 
@@ -69,7 +69,7 @@ def generate(out: Path, count: int, seed: int, lengths: dict[str, Any]) -> dict[
         lines.append(json.dumps({"id": f"{k:06d}", "prompt": text, "input_tokens": int(n_in),
                                  "output_tokens": int(n_out)}))
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {"count": count, "format": "JSON lines", "lengths": lengths, "source": SOURCE,
+    return {"count": count, "format": "JSON lines", "lengths": lengths, "distribution": DISTRIBUTION,
             "input_tokens": _stats(inputs), "output_tokens": _stats(outputs)}
 
 
