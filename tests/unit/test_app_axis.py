@@ -1,8 +1,8 @@
 """Adding an app is its module, its tests, its schema section and its lock lines (issue 46, item 6).
 
 For every registered app, the places outside its own that name it are listed, and the list must be
-empty. What names it: its name, label, class or module, the distributions it declares and its weights
-files' names, as a string in use or a name in code (comments and docstrings are prose). Its own
+empty. What names it: its name, label, class or module, the distributions and Debian packages it
+declares and its weights files' names, as a string in use or a name in code (comments and docstrings are prose). Its own
 places: its modules under src/dlvirt/apps/ (the shared ones may name what it declares, not the app),
 its registry entry (the import and the ``_IMPLEMENTED`` line of dlvirt/apps/__init__.py), tests/, its
 schema sections (apps.<app>; study.apps, which lists the registry) and the lock and setup lines
@@ -42,7 +42,7 @@ def _identifiers(name: str) -> tuple[set[str], set[str]]:
     its weights files' names), which the shared app modules (its framework's runtime) may name too."""
     cls = CLASSES[name]
     return ({name, cls.kind.label, cls.__name__, cls.__module__.rsplit(".", 1)[-1]},
-            {*cls.kind.framework_packages, *cls.kind.packages, *cls.weights_file_names})
+            {*cls.kind.framework_packages, *cls.kind.packages, *cls.kind.system_packages, *cls.weights_file_names})
 
 
 def _words(text: str) -> set[str]:

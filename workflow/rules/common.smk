@@ -25,7 +25,10 @@ from dlvirt.platforms import KINDS as PLATFORM_KINDS, container_platform  # noqa
 from dlvirt.system.hostinfo import capabilities  # noqa: E402
 from dlvirt.core.errors import ConfigError  # noqa: E402
 from dlvirt.plan.configcheck import check_config  # noqa: E402
-from dlvirt.platforms.guestimage import IMAGE_FILES as GUEST_IMAGE_FILES  # noqa: E402
+from dlvirt.platforms.guestimage import (  # noqa: E402
+    IMAGE_FILES as GUEST_IMAGE_FILES,
+    debian_packages as guest_debian_packages,
+)
 from dlvirt.plan.planner import (  # noqa: E402
     RUN_TOOLS,
     expand as expand_plan,

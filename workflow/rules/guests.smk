@@ -21,6 +21,8 @@ rule guest_image:
         out_dir=lambda w: f"{GUEST_IMAGE_DIR}/{w.variant}",
         cn_settings=guest_image_settings,
         cn_image=lambda w: CN_IMAGE if w.variant == "docker" else "",
+        # what it installs from Debian (the apps' AppKind.system_packages too): a change rebuilds it
+        packages=lambda w: " ".join(guest_debian_packages(w.variant)),
     shell:
         "python -m dlvirt guest-image --variant {wildcards.variant:q} --output-dir {params.out_dir:q}"
         " --cn-settings {params.cn_settings} --cn-image={params.cn_image:q}"

@@ -33,6 +33,12 @@ def job_packages() -> list[str]:
                               for name in (*cls.kind.framework_packages, *cls.kind.packages)))
 
 
+def job_system_packages() -> list[str]:
+    """Every Debian package an app's jobs need beyond a minimal Debian with Python
+    (AppKind.system_packages), in app order: what the CN and guest images install."""
+    return list(dict.fromkeys(name for cls in CLASSES.values() for name in cls.kind.system_packages))
+
+
 def weights_file_names() -> list[str]:
     """Every file name an app's weights resource may have, from the apps' declarations."""
     return sorted({name for cls in CLASSES.values() for name in cls.weights_file_names})

@@ -45,7 +45,8 @@ TOKEN_DTYPE = np.int32
 class TextGeneration(App):
     kind = AppKind(name="llm", title="Text generation", model="SmolLM2-135M (Llama)", framework="llama.cpp",
                    dataset="prompts with MLPerf-LLM-shaped token lengths", order=5,
-                   framework_packages=("llama-cpp-python",), packages=("gguf", "tokenizers"))
+                   framework_packages=("llama-cpp-python",), packages=("gguf", "tokenizers"),
+                   system_packages=("libgomp1",))  # llama.cpp's build threads with OpenMP (GNU libgomp)
     dataset_index = llm_workload.PROMPTS
     dataset_may_be_file = True
     weights_keys = ("seed", "architecture", "quantisation")

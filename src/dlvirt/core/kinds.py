@@ -58,6 +58,10 @@ class AppKind:
     # them, run records and host facts report their versions (dlvirt.apps.job_packages)
     framework_packages: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
+    # the Debian packages its jobs' native code loads beyond a minimal Debian with Python (a runtime
+    # library its framework's build links to): the CN base image and the guest images with a Python
+    # stack install them (dlvirt.apps.job_system_packages); a host that runs ./setup.sh has them
+    system_packages: tuple[str, ...] = ()
     check: bool = False           # a plumbing check, not a DL application: only where a study asks for it
 
     @property
@@ -74,6 +78,7 @@ class AppKind:
         facts["processors"] = list(self.processors)
         facts["framework_packages"] = list(self.framework_packages)
         facts["packages"] = list(self.packages)
+        facts["system_packages"] = list(self.system_packages)
         return facts
 
 

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlvirt.apps import job_packages
+from dlvirt.apps import job_packages, job_system_packages
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.codeversion import SOURCE_SUFFIXES
 from dlvirt.core.credentials import Login, redact, split_login
@@ -58,7 +58,8 @@ BASE_REPO = "dlvirt-base"
 # The base recipe. bookworm's Python is 3.11, the version the host's lock is resolved for.
 SUITE = "bookworm"
 VARIANT = "minbase"
-BASE_PACKAGES = ("python3-venv",)
+# Python's venv, and the Debian packages the apps' jobs need beyond it (AppKind.system_packages)
+BASE_PACKAGES = ("python3-venv", *job_system_packages())
 # torch 2.13.0 is a CPU build only as a local wheel or from PyTorch's CPU index (as in setup.sh).
 LOCAL_WHEELS = Path("/opt/wheels")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlvirt.apps import job_packages
+from dlvirt.apps import job_packages, job_system_packages
 from dlvirt.core.atomic import write_json_atomic
 from dlvirt.core.credentials import Login, redact
 from dlvirt.core.owner import process_tag
@@ -59,12 +59,20 @@ START_MARKER = "dlvirt-guest: job start"
 # systemd is installed for systemd-detect-virt only (the guest boots GUEST_INIT, not systemd).
 BASE_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "udev", "python3", "systemd",
                  "procps", "e2fsprogs")
+# the variants that run jobs also get what the apps' native code needs (AppKind.system_packages)
 VARIANT_PACKAGES = {
     "probe": (),
-    "full": ("python3-venv", "ca-certificates"),
-    "gpu": ("python3-venv", "ca-certificates"),  # + the driver's packages (gpu_driver_packages)
+    "full": ("python3-venv", "ca-certificates", *job_system_packages()),
+    "gpu": ("python3-venv", "ca-certificates", *job_system_packages()),  # + the driver's (gpu_driver_packages)
     "docker": ("python3-venv", "ca-certificates", "docker.io", "iptables"),
 }
+
+
+def debian_packages(variant: str) -> tuple[str, ...]:
+    """The Debian packages a variant's image installs (the gpu variant's driver besides)."""
+    return (*BASE_PACKAGES, *VARIANT_PACKAGES[variant])
+
+
 # The gpu variant's NVIDIA driver by default: Debian's, from non-free (DKMS builds the module for the
 # guest kernel, hence its headers); the components it needs are enabled in that image only.
 NVIDIA_DRIVER_PACKAGES = ("nvidia-driver", "nvidia-smi", "nvidia-modprobe", "linux-headers-amd64")
@@ -346,7 +354,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
         with _proc_mounted(rootfs), _apt_login(rootfs, login):
             _chroot(rootfs, "apt-get", "update", "-qq")
             _chroot(rootfs, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "zstd",
-                    *BASE_PACKAGES, *VARIANT_PACKAGES[variant])
+                    *debian_packages(variant))
             if variant == "gpu":
                 _install_gpu_driver(rootfs, driver_packages, driver_debs)
             if variant != "probe":
@@ -384,6 +392,7 @@ def build(variant: str, output_dir: Path, *, wheelhouse: Path | None = None, req
             "initrd_bytes": (staging / "initrd.img").stat().st_size,
             "rootfs_mib": size_mib,
             "python_venv": GUEST_VENV if variant in ("full", "gpu") else None,
+            "packages": list(debian_packages(variant)),
             "gpu_driver": list(driver_packages) + [d.name for d in driver_debs] if variant == "gpu" else None,
             "docker_image": docker_image,
             "build_s": round(time.monotonic() - started, 1),
