@@ -371,24 +371,29 @@ def _guest_processes(name: str) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def mvm_ic_workflow(tmp_path_factory) -> Path:
+def mvm_workflow(root: Path, app: str, settings: dict[str, Any], timeout_s: int) -> Path:
     """The real workflow builds the full guest image (the job's part of the host's Python stack,
-    offline), the tiny IC dataset, and runs IC in an MVM."""
-    workflow_dir = copy_workflow(tmp_path_factory.mktemp("mvm") / "wf")
+    offline), the app's tiny dataset (smoke.yaml's, with ``settings`` over it), and runs the app in an
+    MVM, one repetition."""
+    workflow_dir = copy_workflow(root / "wf")
     config = smoke_config()
-    config["study"].update({"apps": ["ic"], "tools": ["mlperf"], "repetitions": 1, "warmup_repetitions": 0,
+    config["study"].update({"apps": [app], "tools": ["mlperf"], "repetitions": 1, "warmup_repetitions": 0,
                             "matrix": [{"platforms": ["MVM"], "cores": [1], "pinning": ["VNL"],
                                         "processors": ["CPU"]}]})
-    # one image: under TCG on a busy 2-core host TensorFlow's import, ResNet50's first call and each
-    # image take minutes (measured: 81 s, ~200 s, ~200 s of guest time), so the job gets 30 min
-    config["apps"]["ic"].update({"batch_size": 1, "dataset": {"path": None, "count": 1},
-                                 "loadgen": {"min_query_count": 1}})
-    config["harness"]["timeout_s"] = 1800
+    config["apps"][app].update(settings)
+    config["harness"]["timeout_s"] = timeout_s
     config["study"]["memory"] = "3g"
     path = write_config(workflow_dir / "guest.yaml", config)
-    snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=2400)
+    snakemake(workflow_dir, "results/summary.csv", "--configfile", str(path), timeout=timeout_s + 600)
     return workflow_dir
+
+
+@pytest.fixture(scope="module")
+def mvm_ic_workflow(tmp_path_factory) -> Path:
+    # one image: under TCG on a busy 2-core host TensorFlow's import, ResNet50's first call and each
+    # image take minutes (measured: 81 s, ~200 s, ~200 s of guest time), so the job gets 30 min
+    return mvm_workflow(tmp_path_factory.mktemp("mvm"), "ic", {
+        "batch_size": 1, "dataset": {"path": None, "count": 1}, "loadgen": {"min_query_count": 1}}, 1800)
 
 
 MVM_RUN = "results/runs/mlperf/ic/MVM/1/VNL/CPU/1.json"
@@ -430,6 +435,21 @@ def test_ic_end_to_end_in_a_micro_vm_through_the_workflow(mvm_ic_workflow):
     assert observed["nproc"] == 1 and observed["virtualization"]["vm"] == guest.VM_TYPE[run["platform"]["accel"]]
     assert observed["pci_devices"] == 0 and observed["kernel"] == image["kernel"]
     assert run["runs"][0]["telemetry"]["steal_pct"] is not None
+
+
+def test_llm_end_to_end_in_a_micro_vm_through_the_workflow(tmp_path):
+    """LLM's tiny shape (smoke.yaml's) on llama.cpp in an MVM, under TCG here: the row carries the
+    accelerator and the token columns, and the run passed the guest-side checks."""
+    import pandas as pd
+
+    dataset = {**smoke_config()["apps"]["llm"]["dataset"], "count": 2}
+    workflow_dir = mvm_workflow(tmp_path, "llm", {"dataset": dataset, "loadgen": {"min_query_count": 2}}, 1200)
+    row = pd.read_csv(workflow_dir / "results" / "summary.csv").set_index("scenario").loc["MVM/1/VNL/CPU"]
+    assert row.accel == guest.planned_accel(CAPS) and row.reps == 1
+    assert row.ttft_s > 0 and row.tpot_s > 0 and row.tokens_per_s > 0
+    run = json.loads((workflow_dir / "results/runs/mlperf/llm/MVM/1/VNL/CPU/1.json").read_text())
+    assert run["verified"] and run["platform"]["vmm"] == "qemu-microvm" and run["expected"]["in_vm"] is True
+    assert run["model"]["architecture"]["name"] == "tiny" and run["runs"][0]["phases"]["decode_s"] > 0
 
 
 class TwoSocketHost(MicroVM):
