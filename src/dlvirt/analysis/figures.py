@@ -449,7 +449,7 @@ def tokens_figure(summaries: str | Path | Iterable[str | Path], *, app: str, pla
     frame = scenario_order(select(main_site(load_summaries(summaries)), tool=tool, app=app), plan.kinds)
     table = tokens_beside_baseline(frame, baseline)
     table = table[table["platform"] != baseline] if not table.empty else table
-    fig = plt.figure(figsize=(14.0, max(3.2, 0.35 * len(table) + 1.6)))
+    fig = plt.figure(figsize=(15.0, max(4.6, 0.35 * len(table) + 2.6)))
     grid = fig.add_gridspec(1, 3, width_ratios=[1.3, 1, 1])
     ax = fig.add_subplot(grid[0, 0])
     if table.empty:
@@ -465,10 +465,11 @@ def tokens_figure(summaries: str | Path | Iterable[str | Path], *, app: str, pla
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_xlabel(f"normalised to {baseline} at the same cores, CPU mode and processor", fontsize=8)
         ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    in_ms = frame.assign(no_ci=np.nan, **{name: frame[name] * 1e3 for name in TOKEN_TIMES if name in frame})
     for k, name in enumerate(TOKEN_TIMES):
         side = fig.add_subplot(grid[0, k + 1])
-        e2e_vs_cores(side, frame.assign(no_ci=np.nan), tool=tool, app=app, processor="CPU", plan=plan,
-                     value=name, ci="no_ci", ylabel=f"{TOKEN_NAMES[name]} (s)")
+        e2e_vs_cores(side, in_ms, tool=tool, app=app, processor="CPU", plan=plan,
+                     value=name, ci="no_ci", ylabel=f"{TOKEN_NAMES[name]} (ms)")
         legend = side.get_legend()
         if legend is not None and k == 0:  # one legend, beside the last panel
             legend.remove()
