@@ -5,6 +5,7 @@ tests/integration/test_platform_scn.py)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Literal
 
@@ -187,3 +188,25 @@ def test_without_scn_rows_the_sandbox_claim_is_not_testable():
 
     got, evidence = sandbox_verdict([sandbox_row("CN", "VNL", 2.0, 3.0)])
     assert got == UNTESTABLE and "no SCN and CN rows" in evidence
+
+
+def test_a_harness_killed_by_sigfpe_in_gvisor_is_explained():
+    """TensorFlow's oneDNN kernels died with SIGFPE under runsc on an AMD EPYC guest: SCN's error
+    says so and what runs there; CN's error adds nothing to the status."""
+    assert "SIGFPE inside gVisor" in SandboxedContainer.exit_hint(128 + signal.SIGFPE)
+    assert SandboxedContainer.exit_hint(1) == "" and Container.exit_hint(128 + signal.SIGFPE) == ""
+
+
+def test_crun_is_left_out_on_a_hybrid_host_whose_cgroup2_tree_has_controllers(tmp_path, monkeypatch):
+    """crun (1.8) refuses to create containers where v1 controllers sit beside a cgroup2 tree that
+    holds controllers (a 2-core EPYC guest: hugetlb): the plan says so instead of a failed start."""
+    from dlvirt.system import cgroups
+
+    (tmp_path / "cgroup.controllers").write_text("hugetlb\n")
+    monkeypatch.setattr(cgroups, "version", lambda: 1)
+    assert cgroups.hybrid_v2_controllers(tmp_path) == ["hugetlb"]
+    monkeypatch.setattr(cgroups, "version", lambda: 2)
+    assert cgroups.hybrid_v2_controllers(tmp_path) == []
+    monkeypatch.setattr(cgroups, "hybrid_v2_controllers", lambda: ["hugetlb"])
+    assert "hybrid cgroups" in (cn_module.runtime_problem("crun") or "")
+    assert cn_module.runtime_problem("runc") is None and cn_module.runtime_problem("runsc") is None

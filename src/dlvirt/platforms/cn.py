@@ -43,7 +43,7 @@ from dlvirt.core.signals import held, start_thread, wait_thread
 from dlvirt.core.untrusted import printable_bytes
 from dlvirt.platforms import container_image
 from dlvirt.platforms.base import Expected, Platform, PlatformError, copy_regular_files, job_input_paths
-from dlvirt.system import docker_engine, engine_versions, whose
+from dlvirt.system import cgroups, docker_engine, engine_versions, whose
 from dlvirt.system.engines import Daemon, EngineError
 from dlvirt.system.hostinfo import Capabilities
 from dlvirt.system.topology import Placement, format_cpulist, parse_cpulist
@@ -77,6 +77,14 @@ def container_runtimes(platforms: dict[str, Any]) -> dict[str, dict[str, Any]]:
     entries = (cls.registered_runtime(platforms.get(name, {})) for name, cls in CLASSES.items()
                if cls.kind.image == CONTAINER_IMAGE and issubclass(cls, Container))
     return dict(entry for entry in entries if entry is not None)
+
+
+def runtime_problem(runtime: str) -> str | None:
+    """Why the OCI runtime ``runtime`` cannot start containers on this host (None: nothing known)."""
+    if runtime == "crun" and (controllers := cgroups.hybrid_v2_controllers()):
+        return (f"crun refuses this host's hybrid cgroups: v1 controllers beside a cgroup2 tree at "
+                f"{cgroups.HYBRID_V2} with controllers ({', '.join(controllers)}); runc runs here")
+    return None
 
 
 def nvidia_toolkit() -> bool:
@@ -113,6 +121,11 @@ class Container(Platform):
         return []
 
     @classmethod
+    def exit_hint(cls, status: int) -> str:
+        """What a harness's exit ``status`` says of its runtime, in parentheses ('' : nothing)."""
+        return ""
+
+    @classmethod
     def registered_runtime(cls, settings: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         """Its runtime's entry in dlvirt's dockerd's config (None: runc, or a runtime not installed)."""
         path = runtime_binary(cls.runtime(settings))
@@ -144,7 +157,7 @@ class Container(Platform):
         if cls.runtime(own) != RUNC and runtime_binary(cls.runtime(own)) is None:
             return (f"the OCI runtime {cls.runtime(own)!r} (platforms.{cls.name}.runtime) is not installed "
                     "(./setup.sh install installs runsc; Debian: crun, runsc)")
-        return None
+        return runtime_problem(cls.runtime(own))
 
     @classmethod
     def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:
@@ -291,7 +304,7 @@ class Container(Platform):
         self.container.reload()
         state = self.container.attrs["State"]
         if status["StatusCode"] != 0:
-            why = " (out of memory: study.memory)" if state.get("OOMKilled") else ""
+            why = " (out of memory: study.memory)" if state.get("OOMKilled") else self.exit_hint(status["StatusCode"])
             raise PlatformError(f"harness exited with status {status['StatusCode']} in container "
                                 f"{self.container.short_id}{why} (see the log above)")
         out = self.workdir / "out"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,6 +104,15 @@ class SandboxedContainer(Container):
     def runtime_args(cls, settings: dict[str, Any]) -> list[str]:
         # the container has no network (docker --network none): nor has gVisor's own network stack
         return [f"--platform={cls.mode(settings)}", "--network=none"]
+
+    @classmethod
+    def exit_hint(cls, status: int) -> str:
+        # 128 + SIGFPE: seen on a 2-core AMD EPYC guest, where TensorFlow's oneDNN kernels of a
+        # ResNet50 forward pass die under runsc (ptrace) while PyTorch's and a single TF conv run
+        if status == 128 + signal.SIGFPE:
+            return (" (SIGFPE inside gVisor: on some CPUs TensorFlow's oneDNN kernels die under runsc; "
+                    "PyTorch apps, or apps.ic.framework: pytorch, run there)")
+        return ""
 
     @classmethod
     def unavailable_reason(cls, scenario: Scenario, caps: Capabilities, config: dict[str, Any]) -> str | None:

@@ -56,6 +56,18 @@ def version() -> int | None:
     return None
 
 
+# where a hybrid host (cgroup v1 controllers) mounts its cgroup2 tree (systemd's layout)
+HYBRID_V2 = Path("/sys/fs/cgroup/unified")
+
+
+def hybrid_v2_controllers(root: Path = HYBRID_V2) -> list[str]:
+    """The controllers of a hybrid host's cgroup2 tree (empty: not hybrid, or none there)."""
+    try:
+        return (root / "cgroup.controllers").read_text().split() if version() == 1 else []
+    except OSError:
+        return []
+
+
 @dataclass
 class Cgroup:
     """A cgroup this process created; ``remove()`` kills what is left in it and deletes it."""
