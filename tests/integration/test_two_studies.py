@@ -21,11 +21,12 @@ def test_two_noop_studies_started_at_once_never_launch_at_the_same_time(tmp_path
     config = smoke_config()
     config["study"].update(apps=["noop"], tools=["mlperf"], replicates=2, matrix=[
         {"platforms": ["BM"], "cores": [1], "pinning": ["PIN", "VNL"], "processors": ["CPU"]}])
-    # launches of a few seconds each, so that the two studies' launches contend for the lock whatever
-    # their set-up jobs (host facts, datasets, weights builds, which hold the lock too) took
+    # launches of several seconds each, so that the two studies' launches contend for the lock whatever
+    # their set-up jobs (host facts, datasets, weights builds, which hold the lock too) took (4096
+    # samples were too quick on a 2-core EPYC: no launch waited)
     config["study"]["repetitions"] = 4
-    config["apps"] = {"noop": {"dataset": {"count": 4096, "features": 16},
-                               "loadgen": {"min_query_count": 4096, "min_duration_ms": 0}}}
+    config["apps"] = {"noop": {"dataset": {"count": 32768, "features": 16},
+                               "loadgen": {"min_query_count": 32768, "min_duration_ms": 0}}}
     studies = [copy_workflow(tmp_path / name) for name in ("first", "second")]
     children = []
     for study in studies:
