@@ -111,7 +111,7 @@ class SandboxedContainer(Container):
         # ResNet50 forward pass die under runsc (ptrace) while PyTorch's and a single TF conv run
         if status == 128 + signal.SIGFPE:
             return (" (SIGFPE inside gVisor: on some CPUs TensorFlow's oneDNN kernels die under runsc; "
-                    "PyTorch apps, or apps.ic.framework: pytorch, run there)")
+                    "apps on PyTorch run there: an app's framework setting may choose it)")
         return ""
 
     @classmethod
