@@ -15,13 +15,12 @@ pooling group (site, run tool, hardware), and the claim is a contrast of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 
 import pandas as pd
 
-from dlvirt.analysis.claims.study import MIN_LAUNCHES, Study, pairs
+from dlvirt.analysis.claims.study import MIN_LAUNCHES, Study, averaged_pairs, pairs
 from dlvirt.analysis.claims.verdicts import Part, Verdict, decide, higher, untestable
-from dlvirt.analysis.model import Contrast, combine, fit_groups, group_keys, split
+from dlvirt.analysis.model import split
 from dlvirt.core.scenario import LOCAL_SITE
 
 TAIL = "round_tail"  # per launch: its mean p99 over its mean p50
@@ -65,22 +64,13 @@ def cfs_quota_raises_the_tail(study: Study) -> Verdict:
     if not found:
         return untestable(["no latency rows with both a vanilla (CFS quota) and a pinned (cpuset) launch set at the "
                            "same platform, cores and processor", *weak])
-    keys = group_keys(rows)
-    models = fit_groups(rows, TAIL)
+    contrast, each = averaged_pairs(rows, found, TAIL)
     cases = []
-    by_group: dict[str, dict[Hashable, float]] = {}
-    for a, b, j in found:
-        for label, weight in ((a, 1.0 / len(found)), (b, -1.0 / len(found))):
-            group = by_group.setdefault(str(keys[label]), {})
-            group[label] = group.get(label, 0.0) + weight
-        case = models[str(keys[a])].contrast({a: 1.0, b: -1.0}) if keys[a] == keys[b] else \
-            Contrast(math.nan, math.nan, math.nan)
+    for (a, _, j), case in zip(found, each, strict=True):
         throttled = rows.loc[a, "throttled_pct"] if "throttled_pct" in rows else math.nan
         where = f"{j['platform']}/{j['cores']}/{j['processor']}"
         cases.append(f"{j['tool'].split('-')[-1]} {str(j['app']).upper()} {where} (p99/p50) VNL over PIN "
                      f"{case.relative()}, VNL throttled {throttled:.0f} %")
-    parts = [(1.0, models[key].contrast(weights)) for key, weights in by_group.items()]
-    contrast = parts[0][1] if len(parts) == 1 else combine(parts)
     early = int((~rows["early_stopping_met"].astype(str).str.lower().isin(["true", "1"])).sum()) \
         if "early_stopping_met" in rows else 0
     notes = [f"note: {early} of the {len(rows)} evidence rows did not meet LoadGen's early stopping (too few queries "

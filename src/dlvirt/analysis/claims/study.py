@@ -34,6 +34,7 @@ from dlvirt.analysis.model import (
     Model,
     combine,
     day_contrast,
+    fit_groups,
     group_keys,
     launches,
     split,
@@ -177,3 +178,21 @@ def pairs(rows: pd.DataFrame, column: str, a: str, b: str, on: list[str]) -> lis
     right = rows[rows[column] == b].reset_index(names="_b")
     joined = left[["_a", *on]].merge(right[["_b", *on]], on=on)
     return [(j["_a"], j["_b"], j) for _, j in joined.iterrows()]
+
+
+def averaged_pairs(rows: pd.DataFrame, found: list[tuple[Hashable, Hashable, pd.Series]],
+                   column: str) -> tuple[Contrast, list[Contrast]]:
+    """The mean over the ``found`` pairs of ``a − b`` in the launch-level models of ``column``
+    (``fit_groups``; pairs in several variance groups: combined, Welch df), and each pair's own
+    contrast (NaN where its two rows are in different groups)."""
+    keys, models = group_keys(rows), fit_groups(rows, column)
+    by_group: dict[str, dict[Hashable, float]] = {}
+    cases = []
+    for a, b, _ in found:
+        for label, weight in ((a, 1.0 / len(found)), (b, -1.0 / len(found))):
+            group = by_group.setdefault(str(keys[label]), {})
+            group[label] = group.get(label, 0.0) + weight
+        cases.append(models[str(keys[a])].contrast({a: 1.0, b: -1.0}) if keys[a] == keys[b]
+                     else Contrast(math.nan, math.nan, math.nan))
+    parts = [(1.0, models[key].contrast(weights)) for key, weights in by_group.items()]
+    return (parts[0][1] if len(parts) == 1 else combine(parts)), cases

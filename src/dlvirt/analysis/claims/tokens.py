@@ -17,14 +17,11 @@ claim is the contrast platform over BM at the same app, cores, CPU mode and proc
 
 from __future__ import annotations
 
-import math
-from collections.abc import Hashable
-
 import pandas as pd
 
-from dlvirt.analysis.claims.study import Study, pairs
+from dlvirt.analysis.claims.study import Study, averaged_pairs, pairs
 from dlvirt.analysis.claims.verdicts import Part, Verdict, decide, higher, untestable
-from dlvirt.analysis.model import Contrast, combine, fit_groups, group_keys, split
+from dlvirt.analysis.model import split
 from dlvirt.core.scenario import LOCAL_SITE
 
 RATIO = "round_decode_prefill"  # per launch: its mean TPOT over its mean TTFT
@@ -52,21 +49,9 @@ def decode_costs_more(study: Study) -> Verdict:
     if not found:
         return untestable([f"no token-app rows of a virtualised platform beside a {BASELINE} twin (same app, cores, "
                            "CPU mode and processor)"])
-    keys = group_keys(rows)
-    models = fit_groups(rows, RATIO)
-    cases = []
-    by_group: dict[str, dict[Hashable, float]] = {}
-    for a, b, j in found:
-        for label, weight in ((a, 1.0 / len(found)), (b, -1.0 / len(found))):
-            group = by_group.setdefault(str(keys[label]), {})
-            group[label] = group.get(label, 0.0) + weight
-        case = models[str(keys[a])].contrast({a: 1.0, b: -1.0}) if keys[a] == keys[b] else \
-            Contrast(math.nan, math.nan, math.nan)
-        platform = rows.loc[a, "platform"]
-        cases.append(f"{str(j['app']).upper()} {platform}/{j['cores']}/{j['pinning']}/{j['processor']} "
-                     f"(TPOT/TTFT) over {BASELINE} {case.relative()}")
-    parts = [(1.0, models[key].contrast(weights)) for key, weights in by_group.items()]
-    contrast = parts[0][1] if len(parts) == 1 else combine(parts)
+    contrast, each = averaged_pairs(rows, found, RATIO)
+    cases = [f"{str(j['app']).upper()} {rows.loc[a, 'platform']}/{j['cores']}/{j['pinning']}/{j['processor']} "
+             f"(TPOT/TTFT) over {BASELINE} {case.relative()}" for (a, _, j), case in zip(found, each, strict=True)]
     part = Part(f"(TPOT/TTFT) platform over {BASELINE}, averaged over {len(found)} case(s)", contrast,
                 higher("virtualisation costs decode more than prefill", study.margin), cases)
     return decide([part])
