@@ -107,7 +107,8 @@ SUMMARY: tuple[Column, ...] = KEY + (
            "took on the launch's host CPUs during a counted repetition; never interference; NaN in older results"),
     Column("disturbed_share", "float",
            "share of the counted repetitions disturbed: others took more than study.interference.disturbed_above "
-           "of their CPUs' time (those the rerun rule left in, marked); NaN where not judged (older results)"),
+           "of their cores' time on their CPUs (those the rerun rule left in, marked); NaN where not judged "
+           "(older results)"),
     Column("reruns", "int", "launch attempts the rerun rule (study.interference) discarded and ran again"),
     Column("ctx_switches", "float", "mean voluntary + involuntary context switches per repetition"),
     Column("major_faults", "float",

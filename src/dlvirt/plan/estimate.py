@@ -200,7 +200,7 @@ def background_line(load: dict[str, Any], rule: dict[str, Any]) -> str:
             f"over a {load['sample_s']:.1f} s sample" + (f" (busiest: {seen})" if seen else ""))
     # as a share of one core: a 1-core launch on a CPU the load reaches is disturbed above it
     if load["others_cores"] > rule["disturbed_above"]:
-        return (f"{line}; above study.interference.disturbed_above ({rule['disturbed_above']:.0%} of a launch's CPUs' "
+        return (f"{line}; above study.interference.disturbed_above ({rule['disturbed_above']:.0%} of a launch's cores' "
                 f"time): launches that share their CPUs with it run again (at most {rule['reruns']} times each) "
                 "and are marked if still disturbed; for a decision, run the study on a quiet host")
     return f"{line}: quiet enough (study.interference.disturbed_above {rule['disturbed_above']:.0%})"

@@ -54,7 +54,8 @@ def judged(runs: list[Repetition]) -> bool:
 
 
 def disturbed(telemetry: dict[str, Any] | None, above: float) -> bool | None:
-    """Did other processes take more than ``above`` of the repetition's CPUs' time (None: not measured)?"""
+    """Did other processes take more than ``above`` of the time the repetition's cores could use on its
+    CPUs (``whose.window``: for a vanilla launch, beyond what its quota leaves idle)? None: not measured."""
     if not telemetry or telemetry.get("others_on_cpus_share") is None:
         return None
     return bool(telemetry["others_on_cpus_share"] > above
@@ -73,7 +74,7 @@ def marked(runs: list[Repetition], above: float) -> list[Repetition]:
 
 def attempt(number: int, runs: list[Repetition], total_s: float) -> dict[str, Any]:
     """One attempt's entry in the account: how many of its counted repetitions were disturbed, the
-    most of their CPUs' time others took, and the names of the others seen."""
+    most of their cores' time others took, and the names of the others seen."""
     shares = [r.telemetry["others_on_cpus_share"] for r in runs
               if r.telemetry and r.telemetry.get("others_on_cpus_share") is not None]
     seen: dict[str, float] = {}
