@@ -28,9 +28,11 @@ from dlvirt.core.records import HarnessOutput, Repetition
 from dlvirt.system.whose import ACCOUNTING_TICKS, Sampler
 
 
-def accounted(harness: HarnessOutput, sampler: Sampler, ready_host_s: float | None) -> HarnessOutput:
+def accounted(harness: HarnessOutput, sampler: Sampler, ready_host_s: float | None,
+              cores: float | None = None) -> HarnessOutput:
     """``harness`` with each repetition's telemetry holding the host's account of its window
-    (``whose.window``: the launch's, the platform's and others' time on its CPUs). The harness timed
+    (``whose.window``: the launch's, the platform's and others' time on its CPUs, of which it may use
+    ``cores``' time). The harness timed
     its repetitions on its platform's clock; ``ready_host_s``, the host's time of its ready point
     (the run's start plus ``Platform.startup_s``), places them on the host's: the same clock for
     bare metal and a container, a guest's own shifted by the difference (good to the start marker's
@@ -42,7 +44,7 @@ def accounted(harness: HarnessOutput, sampler: Sampler, ready_host_s: float | No
 
     def one(run: Repetition) -> Repetition:
         found = sampler.window(datetime.fromisoformat(run.started_utc).timestamp() + shift,
-                               datetime.fromisoformat(run.finished_utc).timestamp() + shift)
+                               datetime.fromisoformat(run.finished_utc).timestamp() + shift, cores)
         return run if found is None else dataclasses.replace(run, telemetry={**(run.telemetry or {}), **found})
 
     return dataclasses.replace(harness, runs=[one(r) for r in harness.runs], warmups=[one(r) for r in harness.warmups])

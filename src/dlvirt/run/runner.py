@@ -120,13 +120,14 @@ def _attempt(cls: type[Platform], spec: JobSpec, job: HarnessJob, workdir: Path,
                 kept.append(kept_away)
                 run_started = time.time()
                 # whose time the launch's host CPUs gave meanwhile, read from the host (dlvirt.system.whose)
-                # a vanilla launch floats on every CPU but may use only its cores' time of them
-                with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks,
-                                   cores=scenario.cores) as sampler:
+                with whose.Sampler(cpus or tuple(sorted(os.sched_getaffinity(0))), platform.launch_tasks) as sampler:
                     harness = platform.run(job, timeout_s=float(spec.timeout_s))
             in_run = platform.startup_s(harness, run_started)
-            harness = interference.accounted(harness, sampler, None if in_run is None else run_started + in_run)
             expected = platform.expected()
+            # a vanilla launch floats on every CPU but may use only its quota's time of them (its cores,
+            # or fewer where the platform was slowed on purpose)
+            cores = min(float(scenario.cores), expected.quota_cores or float(scenario.cores))
+            harness = interference.accounted(harness, sampler, None if in_run is None else run_started + in_run, cores)
             # analysis tells bare metal from the rest by this, without importing a platform
             described = {**platform.describe(), "virtualised": cls.kind.virtualised}
     finally:  # a v2 partition held the platform's groups until their teardown, just done

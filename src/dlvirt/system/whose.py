@@ -295,10 +295,8 @@ class Sampler:
     processes are the launch, asked at each reading (a container or VMM appears as the platform
     starts it)."""
 
-    def __init__(self, cpus: tuple[int, ...], launch: Callable[[], Launch], cores: float | None = None,
-                 interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, cpus: tuple[int, ...], launch: Callable[[], Launch], interval_s: float = INTERVAL_S) -> None:
         self.cpus = frozenset(cpus)
-        self.cores = cores
         self.launch = launch
         self.interval_s = interval_s
         self.intervals: list[dict[str, Any]] = []
@@ -339,5 +337,5 @@ class Sampler:
         if exc_type is None:
             self._read()
 
-    def window(self, start: float, end: float) -> dict[str, Any] | None:
-        return window(self.intervals, start, end, len(self.cpus), self.cores)
+    def window(self, start: float, end: float, cores: float | None = None) -> dict[str, Any] | None:
+        return window(self.intervals, start, end, len(self.cpus), cores)
