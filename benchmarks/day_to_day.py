@@ -10,8 +10,9 @@ study's results are moved to ``--keep``/<name> (``jobs.run_study``):
    (``KEEP/calibration.json``; its plain words are printed);
 2. study A, then study C: the same with ``platforms.CN.slowdown_cpu_quota: 0.5`` (every CN launch
    gets half its CPU quota: a true slow-down of CN that compare must call "slower");
-3. study B, once ``--gap-min`` minutes have passed since A finished (no change: compare must call
-   nothing "slower" or "faster");
+3. study B, once ``--gap-min`` minutes have passed since A finished and ``--gap-command`` (when
+   given: a shell command run in this checkout after C, e.g. another benchmark, so that the hour
+   is not idle) has ended (no change: compare must call nothing "slower" or "faster");
 4. ``dlvirt compare`` of A-B with and without the calibration and of A-C with it, printing per pair
    how many scenarios came out slower, faster, alike, inconclusive, with each study's wall time and
    the host's CPU.
@@ -20,7 +21,7 @@ Takes (blocks + 3) such studies and the gap: about 15 min a study on a 2-core In
 about 2 h 15 min with the defaults. Measure on a quiet host (nothing else running): that is the host
 the calibration speaks for. Not a test.
 
-    python benchmarks/day_to_day.py [--blocks 3] [--gap-min 60] [--keep /var/tmp/dlvirt-day-to-day]
+    python benchmarks/day_to_day.py [--blocks 3] [--gap-min 60] [--gap-command CMD] [--keep /var/tmp/dlvirt-day-to-day]
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=3, help="A/A blocks for the calibration (at least 2)")
     parser.add_argument("--gap-min", type=float, default=60.0, help="minutes between the ends of A and B")
+    parser.add_argument("--gap-command", help="a shell command to run in the gap (B waits for it)")
     parser.add_argument("--keep", type=Path, default=Path("/var/tmp/dlvirt-day-to-day"))
     args = parser.parse_args()
     if args.blocks < 2:
@@ -106,6 +108,9 @@ def main() -> None:
     study("A", plain)
     a_done = time.monotonic()
     study("C", slowed)
+    if args.gap_command:
+        print(f"day_to_day: in the gap: {args.gap_command} (exit "
+              f"{subprocess.run(args.gap_command, shell=True, cwd=REPO, check=False).returncode})", flush=True)
     time.sleep(max(0.0, args.gap_min * 60 - (time.monotonic() - a_done)))
     study("B", plain)
     print(f"\nhost: {hardware_label(node_identity())}; minutes per study: "
