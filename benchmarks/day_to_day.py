@@ -17,7 +17,7 @@ study's results are moved to ``--keep``/<name> (``jobs.run_study``):
    how many scenarios came out slower, faster, alike, inconclusive, with each study's wall time and
    the host's CPU.
 
-Takes (blocks + 3) such studies and the gap: about 15 min a study on a 2-core Intel Xeon guest, so
+Takes (blocks + 3) such studies and the gap: about 15 min a study on a 2-core Intel Xeon or AMD EPYC guest, so
 about 2 h 15 min with the defaults. Measure on a quiet host (nothing else running): that is the host
 the calibration speaks for. Not a test.
 
@@ -83,7 +83,7 @@ def compared(keep: Path, a: str, b: str, calibration: Path | None) -> dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=3, help="A/A blocks for the calibration (at least 2)")
+    parser.add_argument("--blocks", type=int, default=3, help="A/A blocks (2 at least; 3+ for compare)")
     parser.add_argument("--gap-min", type=float, default=60.0, help="minutes between the ends of A and B")
     parser.add_argument("--gap-command", help="a shell command to run in the gap (B waits for it)")
     parser.add_argument("--keep", type=Path, default=Path("/var/tmp/dlvirt-day-to-day"))
