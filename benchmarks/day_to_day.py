@@ -21,7 +21,8 @@ Takes (blocks + 3) such studies and the gap: about 15 min a study on a 2-core In
 about 2 h 15 min with the defaults. Measure on a quiet host (nothing else running): that is the host
 the calibration speaks for. Not a test.
 
-    python benchmarks/day_to_day.py [--blocks 3] [--gap-min 60] [--gap-command CMD] [--keep /var/tmp/dlvirt-day-to-day]
+    python benchmarks/day_to_day.py [--blocks 3] [--gap-min 60] [--gap-command CMD] \
+        [--keep results/benchmarks/day-to-day]
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=3, help="A/A blocks (2 at least; 3+ for compare)")
     parser.add_argument("--gap-min", type=float, default=60.0, help="minutes between the ends of A and B")
     parser.add_argument("--gap-command", help="a shell command to run in the gap (B waits for it)")
-    parser.add_argument("--keep", type=Path, default=Path("/var/tmp/dlvirt-day-to-day"))
+    parser.add_argument("--keep", type=Path, default=REPO / "results" / "benchmarks" / "day-to-day")
     args = parser.parse_args()
     if args.blocks < 2:
         parser.error("--blocks: calibrate needs at least 2")

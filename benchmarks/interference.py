@@ -13,7 +13,7 @@ components near the quiet arm's (issue 42: within 1.5x) with the same decided cl
 Takes two default studies: 32.6 and 53.5 min (111 reruns) on a 2-core AMD EPYC guest. It
 leaves ``results/`` to the second arm's study (its runs moved out). Not a test.
 
-    python benchmarks/interference.py [--load 0.2] [--keep /tmp/dlvirt-interference] [-- SNAKEMAKE ARGS]
+    python benchmarks/interference.py [--load 0.2] [--keep results/benchmarks/interference] [-- SNAKEMAKE ARGS]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dlvirt.core.records import read_run_records
 from dlvirt.plan.design import from_records
 from dlvirt.run.tools import primary
 
-from jobs import run_study
+from jobs import REPO, run_study
 
 PERIOD_S = 0.1
 
@@ -73,7 +73,7 @@ def run_arm(name: str, load: float | None, keep: Path, extra: list[str]) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--load", type=float, default=0.2, help="the neighbour's share of one core (0-1)")
-    parser.add_argument("--keep", type=Path, default=Path("/tmp/dlvirt-interference"))
+    parser.add_argument("--keep", type=Path, default=REPO / "results" / "benchmarks" / "interference")
     parser.add_argument("snakemake", nargs="*", help="more arguments for both snakemake runs")
     args = parser.parse_args()
     rows = [run_arm("quiet", None, args.keep, args.snakemake),
