@@ -11,7 +11,7 @@ import pandas as pd
 from conftest import compare_study
 from dlvirt.analysis.aggregate import write_summary
 from dlvirt.analysis.calibrate import calibration_of
-from dlvirt.analysis.compare import FASTER, INCONCLUSIVE, REFUSED, SLOWER, compare
+from dlvirt.analysis.compare import FASTER, INCONCLUSIVE, REFUSED, SLOWER, compare, load
 from dlvirt.analysis.compare_simulate import NODES, QUIET_DRIFT, SHIFT, calibration, simulated
 from dlvirt.cli import main
 from dlvirt.core.calibration import read_calibration
@@ -95,3 +95,18 @@ def test_other_hardware_is_not_comparable_unless_a_calibration_links_both_kinds(
                              simulated("x2", rng, QUIET_DRIFT)])
     assert len(linked.hardware) == 2
     assert not compare(a, b, calibration=linked)["verdict"].eq(REFUSED).any()
+
+
+def test_what_the_host_tells_apart_pays_for_compares_holm_and_few_blocks_are_named(tmp_path):
+    from dlvirt.analysis.calibrate import plain_words, resolvable
+    from dlvirt.core.calibration import Components
+
+    c = Components(residual=0.02 ** 2, residual_df=20.0, round=0.0, round_df=0.0, day=0.01 ** 2, day_df=1.0,
+                   scenarios=6)
+    alone, holm = resolvable(c, 3), resolvable(c, 3, family=12)
+    assert 0 < alone < holm  # one scenario among 12 must pass α/12
+    more_days = dataclasses.replace(c, day_df=2.0)
+    assert resolvable(more_days, 3, family=12) < holm / 2  # the second day's df buys most of it back
+    blocks = [on_node(compare_study(tmp_path / f"block{i}", seed=i, launches=3)) for i in range(2)]
+    words = "\n".join(plain_words(calibration_of([load(b) for b in blocks])))
+    assert "by Holm" in words and "calibrate on 3 or more blocks" in words

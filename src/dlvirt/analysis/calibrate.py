@@ -15,8 +15,9 @@ so they are not counted as independent), the round's the rounds beyond one per b
 what is left. Where one launch per round and scenario leaves the round inseparable from the
 residual, the residual holds both (round 0, df 0).
 
-From these: the smallest difference between two studies of the blocks' design that ``compare``
-resolves (one-sided α = ``ALPHA``, power ``POWER``), and the false alarms of ``compare`` between
+From these: the smallest difference in one scenario between two studies of the blocks' design that
+``compare`` resolves (one-sided at ``ALPHA`` over the blocks' scenarios, Holm's first step as
+``compare`` applies it; power ``POWER``), and the false alarms of ``compare`` between
 every pair of blocks, without and with the calibration (in-sample: the blocks fitted it).
 """
 
@@ -51,6 +52,7 @@ from dlvirt.analysis.model import LAUNCH_MEANS, Contrast, combine, launches, wit
 from dlvirt.core.calibration import POWER, Calibration, Components, FalseAlarms, smallest_resolved
 
 MIN_BLOCKS = 2
+FEW_BLOCKS = 3  # below it the day's df (blocks - 1) leaves compare's t quantile huge
 
 
 def block_launches(blocks: list[Results]) -> pd.DataFrame:
@@ -93,14 +95,16 @@ def components(data: pd.DataFrame) -> Components:
                       round_df=round_df, day=found["day"], day_df=float(blocks - 1), scenarios=cells)
 
 
-def resolvable(c: Components, launches_per_scenario: int) -> float:
-    """The smallest relative difference between two studies of ``launches_per_scenario`` launches
-    (one per round) that a one-sided test at ``ALPHA`` finds with probability ``POWER``."""
+def resolvable(c: Components, launches_per_scenario: int, family: int = 1) -> float:
+    """The smallest relative difference in one scenario between two studies of
+    ``launches_per_scenario`` launches (one per round) that ``compare`` finds with probability
+    ``POWER``: a one-sided test at ``ALPHA`` / ``family``, the level Holm's first step over
+    ``family`` compared scenarios sets (a change in one scenario alone must pass it)."""
     parts = [(1.0, Contrast(0.0, math.sqrt(2 * variance / launches_per_scenario), df))
              for variance, df in ((c.residual, c.residual_df), (c.round, c.round_df)) if variance > 0 and df > 0]
     day = Contrast(0.0, math.sqrt(2 * c.day), c.day_df)
     total = with_day(combine(parts), day) if parts and day.df > 0 else combine(parts)
-    return smallest_resolved(total.se, total.df, ALPHA, POWER) if total.testable else math.nan
+    return smallest_resolved(total.se, total.df, ALPHA / family, POWER) if total.testable else math.nan
 
 
 def false_alarms(blocks: list[Results], calibration: Calibration | None, margin: float) -> tuple[int, int]:
@@ -128,10 +132,11 @@ def calibration_of(blocks: list[Results]) -> Calibration:
         raise CompareError(f"no launch means in {names}")
     per_platform = {str(name): components(rows) for name, rows in data.groupby("platform")}
     design = int(statistics.median(data.groupby(["cell", "block"]).size()))
+    family = data.groupby(["platform", "cell"]).ngroups  # compare's Holm family for a study like a block
     return Calibration(
         hardware=tuple(hardware), blocks=tuple(str(b.path) for b in blocks), launches=design,
         platforms=per_platform, false_alarms=FalseAlarms(0, 0, 0),
-        resolvable={name: resolvable(c, design) for name, c in per_platform.items()})
+        resolvable={name: resolvable(c, design, family) for name, c in per_platform.items()})
 
 
 def calibrate(folders: list[Path], margin: float = DEFAULT_MARGIN) -> Calibration:
@@ -150,13 +155,17 @@ def _sd(variance: float) -> str:
 
 def plain_words(c: Calibration) -> list[str]:
     """What this hardware can tell apart, in plain words."""
+    family = sum(p.scenarios for p in c.platforms.values())
     lines = [f"calibration of {', '.join(c.hardware)} from {len(c.blocks)} A/A blocks ({', '.join(c.blocks)})"]
     for name, p in sorted(c.platforms.items()):
         smallest = c.resolvable.get(name, math.nan)
         resolved = f"{smallest:.1%}" if math.isfinite(smallest) else "nothing (too few degrees of freedom)"
         lines.append(f"{name}: day-to-day SD {_sd(p.day)} (df {p.day_df:.0f}), round drift SD {_sd(p.round)}, "
                      f"launch SD {_sd(p.residual)}; two studies of {c.launches} launches per scenario tell apart "
-                     f"{resolved} (α = {ALPHA}, power {POWER})")
+                     f"{resolved} in one scenario (α = {ALPHA} / {family} scenarios by Holm, power {POWER})")
+    if len(c.blocks) < FEW_BLOCKS:
+        lines.append(f"with {len(c.blocks)} blocks the day's component has {len(c.blocks) - 1} degree(s) of freedom: "
+                     f"compare can call little slower or faster; calibrate on {FEW_BLOCKS} or more blocks")
     f = c.false_alarms
     lines.append(f"compare between the blocks (no true change): {f.uncalibrated} of {f.compared} scenario "
                  f"comparisons slower or faster without this calibration, {f.calibrated} with it (in-sample)")
