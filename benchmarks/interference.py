@@ -10,8 +10,9 @@ starts from), the share of disturbed repetitions and the reruns (``study.interfe
 study's wall time and every claim's verdict. The rerun rule should keep the loaded arm's
 components near the quiet arm's (issue 42: within 1.5x) with the same decided claims.
 
-Takes two default studies: 32.6 and 53.5 min (111 reruns) on a 2-core AMD EPYC guest. It
-leaves ``results/`` to the second arm's study (its runs moved out). Not a test.
+Takes two default studies: on a 2-core AMD EPYC guest the quiet one about 28 min, the loaded one
+about 1.6x that (its reruns; 111 of them at --load 0.2). It leaves ``results/`` to the second arm's
+study (its runs moved out). Not a test.
 
     python benchmarks/interference.py [--load 0.2] [--keep results/benchmarks/interference] [-- SNAKEMAKE ARGS]
 """

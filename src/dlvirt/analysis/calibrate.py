@@ -107,6 +107,11 @@ def resolvable(c: Components, launches_per_scenario: int, family: int = 1) -> fl
     return smallest_resolved(total.se, total.df, ALPHA / family, POWER) if total.testable else math.nan
 
 
+def holm_family(platforms: dict[str, Components]) -> int:
+    """The scenarios that ``compare``'s Holm runs over for two studies like the blocks."""
+    return sum(c.scenarios for c in platforms.values())
+
+
 def false_alarms(blocks: list[Results], calibration: Calibration | None, margin: float) -> tuple[int, int]:
     """(scenarios compared, of them slower or faster) over every pair of blocks."""
     compared = flagged = 0
@@ -132,7 +137,7 @@ def calibration_of(blocks: list[Results]) -> Calibration:
         raise CompareError(f"no launch means in {names}")
     per_platform = {str(name): components(rows) for name, rows in data.groupby("platform")}
     design = int(statistics.median(data.groupby(["cell", "block"]).size()))
-    family = data.groupby(["platform", "cell"]).ngroups  # compare's Holm family for a study like a block
+    family = holm_family(per_platform)
     return Calibration(
         hardware=tuple(hardware), blocks=tuple(str(b.path) for b in blocks), launches=design,
         platforms=per_platform, false_alarms=FalseAlarms(0, 0, 0),
@@ -155,7 +160,7 @@ def _sd(variance: float) -> str:
 
 def plain_words(c: Calibration) -> list[str]:
     """What this hardware can tell apart, in plain words."""
-    family = sum(p.scenarios for p in c.platforms.values())
+    family = holm_family(c.platforms)
     lines = [f"calibration of {', '.join(c.hardware)} from {len(c.blocks)} A/A blocks ({', '.join(c.blocks)})"]
     for name, p in sorted(c.platforms.items()):
         smallest = c.resolvable.get(name, math.nan)
