@@ -54,13 +54,14 @@ def test_a_repetition_is_disturbed_above_the_threshold_and_above_the_accountings
 
 
 def launch_beside(busy_cpus: tuple[int, ...], busy_processes: int | None, tmp_path: Path, dataset: Path,
-                  pinning: str) -> tuple[JobResult, Path]:
-    """A real BM/1/``pinning`` launch of the noop app, rule 5 % with one rerun, beside BUSY processes
-    spinning on ``busy_cpus``: its record and its file. Repetitions of a few tenths of a second:
+                  pinning: str, disturbed_above: float = 0.05, samples: int = 4400) -> tuple[JobResult, Path]:
+    """A real BM/1/``pinning`` launch of the noop app, rule ``disturbed_above`` with one rerun, beside
+    BUSY processes spinning on ``busy_cpus``: its record and its file. Repetitions of ``samples``
+    samples (LoadGen's 1.1 x expected_qps x min_duration): by default a tenth of a second or two,
     many scheduler ticks each."""
-    loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": 20000}
+    loadgen = {**NOOP_SETTINGS["loadgen"], "min_duration_ms": 200, "expected_qps": samples / 0.22}
     spec = noop_job_spec(dataset, None, loadgen=loadgen, app_settings={**NOOP_SETTINGS, "loadgen": loadgen},
-                         interference={"disturbed_above": 0.05, "reruns": 1}, pinning=pinning)
+                         interference={"disturbed_above": disturbed_above, "reruns": 1}, pinning=pinning)
     run = tmp_path / "runs" / "1.json"
     busy = busy_process(busy_cpus, busy_processes)
     try:
@@ -99,9 +100,15 @@ def test_a_busy_process_on_the_launchs_cpu_is_seen_and_the_launch_runs_again(tmp
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU beyond the launch's one core")
 def test_a_busy_process_on_the_cpu_a_vanilla_launchs_quota_leaves_idle_does_not_disturb_it(tmp_path, noop_dataset):
     """A real BM/1/VNL launch floats on every CPU with one core's quota: a process busy beside it
-    uses the time the quota leaves, is seen, and takes none of the launch's core."""
+    uses the time the quota leaves, is seen, and takes none of the launch's core. Taken, that time
+    would be a share near 1. What is counted is others' time beyond the spare core less the runner's
+    own use of it, and the sampler's interval edges, which smear repetitions shorter than a few
+    intervals (0.1 s ones: up to 13 % on a quiet Xeon guest, 37 % once in CI on an EPYC guest).
+    One-second repetitions (at most 2 % in 24 on the Xeon) and a threshold of a quarter tell the two
+    apart."""
     allowed = tuple(sorted(os.sched_getaffinity(0)))
-    record, _ = launch_beside(allowed, len(allowed) - 1, tmp_path, noop_dataset, "VNL")
+    record, _ = launch_beside(allowed, len(allowed) - 1, tmp_path, noop_dataset, "VNL", disturbed_above=0.25,
+                              samples=44000)
     for rep in record.runs:
         assert rep.telemetry["launch_cores"] == 1 and BUSY in rep.telemetry["others_seen"]
         assert rep.telemetry["others_on_cpus_s"] > 0.5 * rep.telemetry["window_s"]
