@@ -50,7 +50,16 @@ def test_pytorch_resnet50_v15_outputs_probabilities_and_reports_its_device(jpegs
     assert app.infer(app.synthetic_batch(3)).shape == (3, 1000)
     provenance = app.model_provenance()
     assert provenance["framework"] == "pytorch" and "v1.5" in provenance["architecture"]
-    assert provenance["optimisation"] == "inference_mode"
+    # traced at the first call (2 images), frozen, and answering as the eager model on 3
+    assert provenance["optimisation"] == "torchscript-frozen" and provenance["optimisation_s"] > 0
+    import torch
+
+    batch = np.stack([app.preprocess(i) for i in range(2)] + [app.preprocess(0)])
+    with torch.inference_mode():
+        eager = app.backend.model(torch.from_numpy(batch).permute(0, 3, 1, 2)).numpy()
+    frozen = app.infer(batch)
+    assert np.allclose(frozen, eager, rtol=1e-4, atol=1e-6)
+    assert np.array_equal(np.argsort(-frozen)[:, :5], np.argsort(-eager)[:, :5])
     assert app.framework_versions()["torch"].startswith("2.")
     # 25.6 M parameters, torchvision's names, stride 2 in the 3x3 convolution of a down-sampling block
     model = app.backend.model

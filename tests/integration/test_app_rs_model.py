@@ -9,7 +9,7 @@ import torch
 
 from conftest import RS_SETTINGS, one_thread, resident_mappings, smoke_job
 from dlvirt.apps.base import AppError, sha256_file, verified_weights
-from dlvirt.apps.rs import KAGGLE_TABLE_ROWS, CriteoBatch, Recommendation, build_model, table_rows
+from dlvirt.apps.rs import KAGGLE_TABLE_ROWS, CriteoBatch, Recommendation, build_model, collate, table_rows
 from dlvirt.apps.torch_runtime import module_tensors
 
 THREADS = one_thread()
@@ -42,7 +42,14 @@ def test_infer_splits_ctrs_per_sample_and_model_only_batch(rs_dataset):
     provenance = app.model_provenance()
     assert provenance["weights"] == "random" and provenance["config"]["kaggle_table_sizes"] is False
     assert provenance["config"]["max_rows_per_table"] == 1000
-    assert provenance["optimisation"] == "inference_mode"  # what the run record says was applied
+    # what the run record says was applied: traced on the first batch (3 samples' lines), frozen,
+    # and answering as the eager model on batches of other sizes
+    assert provenance["optimisation"] == "torchscript-frozen" and provenance["optimisation_s"] > 0
+    for other in (samples[:1], [batch]):
+        inputs = collate(other)
+        dense, sparse = torch.as_tensor(inputs.dense), torch.as_tensor(inputs.sparse)
+        with torch.inference_mode():
+            assert torch.allclose(app.runner(dense, sparse), app.model(dense, sparse), rtol=1e-5, atol=1e-6)
 
 
 def test_checked_weights_load_and_mismatched_tables_are_refused(rs_dataset, tmp_path):

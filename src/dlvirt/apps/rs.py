@@ -287,7 +287,7 @@ def build_model(rows: tuple[int, ...]) -> Any:
         def forward(self, dense: Any, indices: Any) -> Any:
             """dense (n, 13) float, indices (n, 26) within each table → CTR (n,)."""
             x = self.bot_l(dense)
-            offsets = torch.arange(len(dense), device=dense.device)
+            offsets = torch.arange(dense.shape[0], device=dense.device)
             vectors = [x] + [table(indices[:, k], offsets) for k, table in enumerate(self.emb_l)]
             t = torch.stack(vectors, dim=1)
             z = torch.bmm(t, t.transpose(1, 2))[:, self.pair_i, self.pair_j]
@@ -323,6 +323,7 @@ class Recommendation(torch_runtime.TorchModelApp):
     dataset_index = DATA_FILE
     weights_keys = ("seed", "max_rows_per_table")
     dataset_may_be_file = True
+    runner: torch_runtime.FrozenOnCpu  # the model as it runs (load_model)
 
     @classmethod
     def generate_dataset(cls, out_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
@@ -391,6 +392,7 @@ class Recommendation(torch_runtime.TorchModelApp):
                                f"with these table sizes (apps.rs.max_rows_per_table must be null for a trained "
                                f"model) ({err})") from err
         self.model.to(self.device)
+        self.runner = torch_runtime.FrozenOnCpu(self.model, self.device)
 
     def preprocess(self, index: int) -> CriteoBatch:
         start, end, rows = self.spans[index]
@@ -406,8 +408,8 @@ class Recommendation(torch_runtime.TorchModelApp):
 
         inputs = collate([batch] if isinstance(batch, CriteoBatch) else batch)
         with torch.inference_mode():
-            ctr = self.model(torch.as_tensor(inputs.dense).to(self.device),
-                             torch.as_tensor(inputs.sparse).to(self.device)).float().cpu().numpy()
+            ctr = self.runner(torch.as_tensor(inputs.dense).to(self.device),
+                              torch.as_tensor(inputs.sparse).to(self.device)).float().cpu().numpy()
         cuts = np.cumsum(inputs.lines)[:-1]
         return list(zip(np.split(ctr, cuts), np.split(inputs.labels, cuts), strict=True))
 
