@@ -3,6 +3,8 @@
 #   ./setup.sh install    install system packages and the Python stack (.venv)
 #   ./setup.sh study ...  install, then run the study: snakemake --cores 1 all [extra args]
 #   ./setup.sh test ...   install, then run the test suite [extra pytest args]
+#   ./setup.sh peers      install, then add MLPerf's reference SUTs' dependencies (benchmarks/peers.py)
+#                         from their own lock (envs/requirements-peers.txt)
 # The Python stack is the GPU lock (envs/requirements-gpu.txt) where `nvidia-smi -L` lists a GPU,
 # else the CPU lock (envs/requirements.txt); DLVIRT_STACK=cpu|gpu overrides the choice.
 # DLVIRT_SETUP_DRY_RUN=1 changes nothing: it says which packages it would install and resolves the
@@ -141,9 +143,9 @@ cmd=${1:-install}
 [ $# -gt 0 ] && shift
 DRY_RUN=${DLVIRT_SETUP_DRY_RUN:-}
 case "$cmd" in
-  install|study) packages=("${APT_STUDY[@]}") ;;
+  install|study|peers) packages=("${APT_STUDY[@]}") ;;
   test) packages=("${APT_STUDY[@]}" "${APT_TEST[@]}") ;;
-  *) echo "usage: $0 [install|study|test] [args...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|study|test|peers] [args...]" >&2; exit 2 ;;
 esac
 install_system "${packages[@]}"
 choose_stack
@@ -158,4 +160,8 @@ case "$cmd" in
   install) echo "setup: done (activate with: . ${DLVIRT_VENV:-.venv}/bin/activate)" ;;
   study) exec snakemake --cores 1 all "$@" ;;
   test) exec python -m pytest "$@" ;;
+  peers)
+    # every package the study's stack has stays at its version (envs/lock.py peers)
+    "${DLVIRT_VENV:-.venv}/bin/pip" install -q --require-hashes -r envs/requirements-peers.txt
+    echo "setup: done, with MLPerf's reference SUTs' dependencies (python benchmarks/peers.py --inference DIR)" ;;
 esac

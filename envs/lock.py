@@ -1,10 +1,12 @@
-"""Resolve a stack's top-level requirements into its lock: ``python envs/lock.py cpu|gpu [--keep]``.
+"""Resolve a stack's top-level requirements into its lock: ``python envs/lock.py cpu|gpu|peers [--keep]``.
 
 cpu: envs/requirements.in -> envs/requirements.txt (torch's +cpu build from PyTorch's CPU index or
 a local wheel). gpu: envs/requirements-gpu.in -> envs/requirements-gpu.txt, constrained to the CPU
 lock's versions of every package the stacks share, so the two stacks differ only in their CUDA
-builds. pip resolves with ``install --dry-run --ignore-installed --report``: it reads package
-metadata only and installs or downloads no wheel (the GPU stack's CUDA wheels are GBs).
+builds. peers: envs/requirements-peers.in -> envs/requirements-peers.txt (MLPerf's reference SUTs'
+dependencies for benchmarks/peers.py, installed beside the CPU stack), constrained the same way.
+pip resolves with ``install --dry-run --ignore-installed --report``: it reads package metadata only
+and installs or downloads no wheel (the GPU stack's CUDA wheels are GBs).
 ``--keep``: the lock's present versions stay (they constrain the resolution; a package the ``.in``
 files gained is added): to refresh the hashes without moving the stack.
 
@@ -33,6 +35,7 @@ LOCAL_WHEELS = Path("/opt/wheels")  # where a machine keeps torch's +cpu wheel (
 STACKS = {
     "cpu": ("requirements.in", "requirements.txt"),
     "gpu": ("requirements-gpu.in", "requirements-gpu.txt"),
+    "peers": ("requirements-peers.in", "requirements-peers.txt"),
 }
 INSTALLER = ("pip",)  # setuptools and wheel stay: packages need them (--require-hashes pins every one)
 # In the CPU lock but not shared: the GPU stack brings its own builds of these.
@@ -76,7 +79,7 @@ def resolve(stack: str, keep: bool = False) -> list[str]:
     source, lock = STACKS[stack]
     with tempfile.TemporaryDirectory() as tmp:
         args = ["-r", str(ENVS / source)]
-        if stack == "gpu":
+        if stack != "cpu":
             args += ["-c", str(shared_constraints(ENVS / STACKS["cpu"][1], Path(tmp) / "shared.txt"))]
         if keep and read_pins(ENVS / lock):
             kept = Path(tmp) / "kept.txt"
@@ -136,14 +139,18 @@ def main(argv: list[str]) -> int:
     pins = resolve(stack, keep)
     hashes = archive_hashes(stack, pins)
     today = datetime.date.today().isoformat()
+    what = "the exact packages ./setup.sh peers adds" if stack == "peers" else "the exact stack every platform installs"
     header = [(f"# Resolved from envs/{source} on {today} (Python {platform.python_version()}, "
-              f"{platform.machine()}) by envs/lock.py {stack}: the exact stack every platform installs.")]
+              f"{platform.machine()}) by envs/lock.py {stack}: {what}.")]
     if stack == "cpu":
         header.append(f"# torch 2.13.0+cpu comes from the PyTorch CPU wheel index (--extra-index-url "
                       f"{TORCH_CPU_INDEX}) or a local wheel.")
-    else:
+    elif stack == "gpu":
         header.append("# Shared packages are pinned to envs/requirements.txt's versions; torch, TensorFlow and the "
                       "nvidia-* wheels are CUDA builds from PyPI.")
+    else:
+        header.append("# Installed beside envs/requirements.txt (./setup.sh peers); shared packages are pinned to "
+                      "its versions.")
     header.append("# Every pin carries the sha256 of each archive it may be installed from (pip --require-hashes).")
     (ENVS / lock).write_text("\n".join(header + lock_lines(pins, hashes)) + "\n")
     print(f"envs/{lock}: {len(pins)} packages")
