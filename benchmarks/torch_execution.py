@@ -74,9 +74,12 @@ def ways(app_name: str, app: Any, first: Any) -> dict[str, Callable[[], None]]:
 
     from dlvirt.apps import squad
 
-    eager = app.backend.model if app_name == "ic" else app.model
-    owner, attribute = {"nlp": (app, "model"), "rs": (app, "runner"), "ic": (getattr(app, "backend", None), "runner"),
-                        "sr": (app.model, "encoder")}[app_name]
+    if app_name == "ic":
+        eager, owner, attribute = app.backend.model, app.backend, "runner"
+    elif app_name == "sr":
+        eager, owner, attribute = app.model, app.model, "encoder"
+    else:
+        eager, owner, attribute = app.model, app, "runner" if app_name == "rs" else "model"
     models: dict[str, Any] = {"eager": eager.encoder if app_name == "sr" else eager}
     if app_name == "nlp":
         inputs = {k: torch.from_numpy(v) for k, v in squad.concatenate(first).items()}
@@ -159,21 +162,19 @@ def main() -> None:
             inputs = [app.preprocess(i) for i in range(app.sample_count())]
             size = settings["batch_size"]
             batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
-            eager_out = [outputs(app.infer(b)) for b in batches]
             set_up: dict[str, float] = {}
-            differs: dict[str, float] = {}
-            rates: dict[str, list[float]] = {}
+            got: dict[str, list[np.ndarray]] = {}
             build_start = time.perf_counter()
-            chosen = ways(app_name, app, batches[0])
+            chosen = ways(app_name, app, batches[0])  # eager first: the others are held against its outputs
             build_s = time.perf_counter() - build_start
             for name, use in chosen.items():
                 use()
                 start = time.perf_counter()
-                got = [outputs(app.infer(b)) for b in batches]
+                got[name] = [outputs(app.infer(b)) for b in batches]
                 set_up[name] = time.perf_counter() - start + (build_s if name == "TorchScript, frozen" else 0.0)
-                differs[name] = max(float(np.abs(g - e).max()) if g.shape == e.shape and g.size else float("nan")
-                                    for g, e in zip(got, eager_out, strict=True))
-                rates[name] = []
+            differs = {name: max(float(np.abs(g - e).max()) if g.shape == e.shape and g.size else float("nan")
+                                 for g, e in zip(out, got["eager"], strict=True)) for name, out in got.items()}
+            rates: dict[str, list[float]] = {name: [] for name in chosen}
             names = list(chosen)
             for round_ in range(args.rounds):
                 for name in names[round_ % len(names):] + names[:round_ % len(names)]:
