@@ -249,11 +249,8 @@ class RnntReference(Reference):
                  str(work / f"log-{threads}")], inference / self.harness, {})
 
 
-# Run before the RNN-T reference's run.py, in its process. (1) NumPy 2 removed np.sctypes, which its
-# AudioSegment reads to scale integer samples: NumPy 1's integer types. (2) Its TorchScript decoder's
-# first call takes the profiling executor's optimisation (56 s on one core here, then 2.5 s per 6 s
-# utterance), which MLPerf's 2,513 utterances amortise and a few do not: two untimed utterances before
-# LoadGen starts, as dlvirt's launch has its warm-up repetition.
+# Run before the BERT reference's run.py, in its process: NVIDIA's file_utils imports boto3 and
+# botocore's ClientError, which ./setup.sh peers cannot install (the module doc).
 BERT_SHIM = """
 import sys, types
 try:
@@ -265,6 +262,11 @@ except ImportError:  # imported for S3 downloads the reference never makes here 
     sys.modules.update({"boto3": types.ModuleType("boto3"), "botocore": botocore,
                         "botocore.exceptions": botocore.exceptions})
 """
+# Run before the RNN-T reference's run.py, in its process. (1) NumPy 2 removed np.sctypes, which its
+# AudioSegment reads to scale integer samples: NumPy 1's integer types. (2) Its TorchScript decoder's
+# first call takes the profiling executor's optimisation (56 s on one core here, then 2.5 s per 6 s
+# utterance), which MLPerf's 2,513 utterances amortise and a few do not: two untimed utterances before
+# LoadGen starts, as dlvirt's launch has its warm-up repetition.
 RNNT_SHIM = """
 import numpy as np, torch
 np.sctypes = {"int": [np.int8, np.int16, np.int32, np.int64], "uint": [np.uint8, np.uint16, np.uint32, np.uint64],

@@ -58,8 +58,9 @@ def greedy_decode(model: Any, encoded: Any, lengths: list[int], max_symbols: int
     labels: list[list[int]] = [[] for _ in range(batch)]
     joint_steps = [0] * batch
     # one step of a 320-wide LSTM at a time: oneDNN's RNN primitive costs more to set up at each call
-    # than the step computes (a joint step took 1.40 ms with oneDNN, 0.67 ms without, on one core of a
-    # Xeon guest); the encoder's long sequences keep it (alike either way)
+    # than the step computes (a joint step took 1.40 ms with oneDNN, 0.72 ms without, on one core of a
+    # Xeon guest); the encoder's long sequences keep it (alike either way). The switch is the
+    # process's: a pre-processing worker beside it runs SR's STFT and mel matmul, which never use oneDNN
     with torch.backends.mkldnn.flags(enabled=False):
         while True:
             active = [b for b in range(batch) if step[b] < lengths[b]]
