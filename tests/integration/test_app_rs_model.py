@@ -99,6 +99,9 @@ def test_smoke_benchmark_on_bm(smoke_study):
     assert result["verified"] and len(result["runs"]) == config["study"]["repetitions"]
     assert result["dataset"]["source"] == "synthetic" and result["model"]["weights"] == "random"
     assert result["model"]["config"]["max_rows_per_table"] == config["apps"]["rs"]["max_rows_per_table"]
+    # the model was traced and frozen in the launch's first call (warm-up time), not in a repetition
+    model, launch = result["model"], result["launch_s"]
+    assert model["optimisation"] == "torchscript-frozen" and 0 < model["optimisation_s"] <= launch["first_call_s"]
     for run in result["runs"]:
         assert run["loadgen"]["validity"] == "VALID" and run["samples"] == config["apps"]["rs"]["dataset"]["count"]
         assert run["quality"]["rows_scored"] == result["dataset"]["lines"]
