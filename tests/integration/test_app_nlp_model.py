@@ -37,8 +37,19 @@ def test_app_phases_and_model_output_shape(nlp_dataset):
     items = [app.preprocess(0), app.preprocess(1)]
     outputs = app.infer(items)
     assert len(outputs) == 2
-    for features, starts, ends in outputs:
-        assert starts.shape == ends.shape == (features.windows, squad.MAX_SEQ_LENGTH)
+    # padding "longest": every window cut after the batch's longest, the real tokens' logits those
+    # of the windows at full length (the attention mask hides the padding)
+    longest = max(int(f.attention_mask.sum(axis=1).max()) for f in items)
+    assert longest < squad.MAX_SEQ_LENGTH
+    app.padding = "max_length"
+    padded = app.infer(items)
+    for (features, starts, ends), (_, full_starts, full_ends) in zip(outputs, padded, strict=True):
+        assert starts.shape == ends.shape == (features.windows, longest)
+        assert full_starts.shape == (features.windows, squad.MAX_SEQ_LENGTH)
+        real = features.attention_mask[:, :longest] == 1
+        assert np.allclose(starts[real], full_starts[:, :longest][real], atol=1e-5)
+        assert np.allclose(ends[real], full_ends[:, :longest][real], atol=1e-5)
+    app.padding = "longest"
     app.begin_repetition(nlp_dataset / "rep")
     answers = app.postprocess([0, 1], outputs)
     quality = app.end_repetition()
@@ -53,6 +64,7 @@ def test_app_phases_and_model_output_shape(nlp_dataset):
     assert "NOT the MLPerf BERT-large" in provenance["note"]
     assert provenance["config"]["num_hidden_layers"] == ARCHITECTURES["bert-tiny"]["num_hidden_layers"]
     assert provenance["vocab"]["source"].startswith("trained")
+    assert provenance["padding"] == "longest"
 
 
 def test_the_weights_resource_holds_every_tensor_non_persistent_buffers_too(nlp_dataset, tmp_path):

@@ -146,6 +146,12 @@ def test_configured_vocab_is_checksummed(nlp_dataset, tmp_path):
         app.load_model()
 
 
+def test_an_unknown_padding_is_named(nlp_dataset):
+    settings = {"architecture": "bert-tiny", "padding": "left", "dataset": {"count": 40}}
+    with pytest.raises(AppError, match=r"apps.nlp.padding 'left': known are longest, max_length"):
+        QuestionAnswering(settings, nlp_dataset, "CPU", ThreadPlan("granted", 1, 1, 1, 1))
+
+
 def test_real_dataset_is_registered_and_bad_paths_named(tmp_path, nlp_dataset):
     real = tmp_path / "squad"
     real.mkdir()

@@ -4,8 +4,9 @@ The model is ``BertForQuestionAnswering`` built from a ``BertConfig`` (MLPerf: 2
 1024, 16 heads, sequence 384) with random weights unless a checkpoint is configured. One LoadGen
 sample is one SQuAD question: pre-processing tokenises its question and context with a WordPiece
 vocab and cuts them into 384-token windows (``squad.featurise``), inference runs every window of
-the batch's questions, post-processing searches the n best spans back to answer text and scores it
-(exact match / F1) against the annotators' answers.
+the batch's questions (as far as the longest reaches: ``apps.nlp.padding``), post-processing
+searches the n best spans back to answer text and scores it (exact match / F1) against the
+annotators' answers.
 
 The vocab is the real BERT ``vocab.txt`` when ``apps.nlp.vocab.path`` is set; otherwise the dataset
 rule trains a WordPiece vocab on the dataset's own text with ``tokenizers`` (offline), so words are
@@ -38,6 +39,13 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 MLPERF_ARCHITECTURE = "bert-large"
 BERT_VOCAB_SIZE = 30522  # the uncased BERT vocab.txt; the embedding table keeps this size
 CORPUS_VOCAB = "vocab.txt"
+# What an inference call computes of its windows (apps.nlp.padding): a window's tokens are a prefix,
+# the rest is padding that the attention mask hides from every real token, so that cutting it off
+# changes no real token's logits (within float rounding; tests/unit/test_app_nlp.py)
+PADDING = {
+    "longest": "windows cut after the batch's longest (padding the attention mask hides is not computed)",
+    "max_length": f"every window at all {squad.MAX_SEQ_LENGTH} positions, padding included (MLPerf's reference)",
+}
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -159,6 +167,9 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
         self.architecture = self.settings.get("architecture", MLPERF_ARCHITECTURE)
         if self.architecture not in ARCHITECTURES:
             raise AppError(f"apps.nlp.architecture {self.architecture!r}: known are {', '.join(ARCHITECTURES)}")
+        self.padding = self.settings.get("padding", "longest")
+        if self.padding not in PADDING:
+            raise AppError(f"apps.nlp.padding {self.padding!r}: known are {', '.join(PADDING)}")
 
     def sample_count(self) -> int:
         return len(self.examples)
@@ -223,7 +234,11 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
     def infer(self, batch: list[squad.Features]) -> list[tuple[squad.Features, np.ndarray, np.ndarray]]:
         import torch
 
-        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in squad.concatenate(batch).items()}
+        arrays = squad.concatenate(batch)
+        if self.padding == "longest":
+            length = int(arrays["attention_mask"].sum(axis=1).max())
+            arrays = {k: v[:, :length] for k, v in arrays.items()}
+        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in arrays.items()}
         with torch.inference_mode():
             out = self.model(**inputs)
         starts = out.start_logits.float().cpu().numpy()
@@ -287,5 +302,5 @@ class QuestionAnswering(torch_runtime.TorchModelApp):
                            "config": {**ARCHITECTURES[self.architecture], "vocab_size": self.config.vocab_size,
                                       "max_seq_length": squad.MAX_SEQ_LENGTH, "doc_stride": squad.DOC_STRIDE,
                                       "max_query_length": squad.MAX_QUERY_LENGTH},
-                           "vocab": self.vocab_info})
+                           "vocab": self.vocab_info, "padding": self.padding, "padding_note": PADDING[self.padding]})
         return provenance

@@ -262,7 +262,8 @@ def concatenate(items: list[Features]) -> dict[str, np.ndarray]:
 
 def best_answer(features: Features, start_logits: np.ndarray, end_logits: np.ndarray, context: str,
                 n_best_size: int = N_BEST_SIZE, max_answer_length: int = MAX_ANSWER_LENGTH) -> tuple[str, float]:
-    """The highest-scoring valid span over all windows, as context text, and its score."""
+    """The highest-scoring valid span over all windows, as context text, and its score. The logits
+    (windows, n) may stop short of the windows' length (apps.nlp.padding): past n is padding."""
     best_text, best_score = "", float("-inf")
     for w in range(features.windows):
         starts = np.argsort(-start_logits[w])[:n_best_size]
