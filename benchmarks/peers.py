@@ -21,6 +21,8 @@ dlvirt's own generated inputs, with the reference's own thread defaults for that
   ``DeepLearningExamples`` submodule: ``git submodule update --init language/bert/DeepLearningExamples``)
   and runs one window at a time under ``torch.no_grad``. Its sample is a window, dlvirt's a question:
   its rate is converted to questions/s (× questions / windows, the QSL's count in its detail log).
+  dlvirt's launch computes a window only as far as the batch's longest window reaches (its
+  default ``apps.nlp.padding: longest``); the reference computes all 384 positions.
 - **sr**: ``retired_benchmarks/speech_recognition/rnnt/run.py --backend pytorch``: its RNN-T
   (``model_separable_rnnt``) loaded strictly from dlvirt's state dict (dlvirt's names are the
   reference checkpoint's), every WAV in memory beforehand (``AudioQSLInMemory``), its feature
@@ -28,19 +30,27 @@ dlvirt's own generated inputs, with the reference's own thread defaults for that
   utterance at a time. Random weights never emit blank, so greedy decoding runs to the 30-symbols cap
   at every step in both; dlvirt's launch is therefore given ``decoding: greedy`` here (its default,
   ``scheduled``, emits as many symbols as the transcript has characters), so both do the same work.
-- **rs**: *stand-in*: the reference (``retired_benchmarks/recommendation/dlrm/pytorch``) imports
-  ``DLRM_Net`` and its Criteo loaders from facebookresearch/dlrm (``DLRM_DIR``), which the checkout
-  does not hold, and reads only the processed Kaggle day files its loader writes. In its place: the
-  framework's raw loop (``benchmarks/jobs.py: RawLoop``), which does what the reference's harness
-  does around the model: every sample parsed into memory beforehand, then the model (dlvirt's
-  DLRM, the Kaggle configuration with ``DLRM_Net``'s parameter names) called batch after batch.
+- **rs**: ``retired_benchmarks/recommendation/dlrm/pytorch/python/main.py``, profile
+  ``dlrm-kaggle-pytorch``: ``DLRM_Net`` of facebookresearch/dlrm (``--dlrm DIR``, its
+  ``DLRM_DIR``; the reference imports it and its Criteo dataset from there), the Kaggle
+  configuration with its fixed, uncapped tables (so dlvirt's launch runs with
+  ``max_rows_per_table: null`` here), loaded from dlvirt's state dict (the same parameter names),
+  eagerly under ``torch.no_grad``, ``--threads N`` worker threads. Its dataset reads the processed
+  Kaggle days (memory-mapped layout, test set = the first half of day 6), which dlvirt's own TSV
+  lines are written into (``write_kaggle_days``: the same integers and the same hashed
+  categoricals), every sample collated into memory before LoadGen starts; its samples are the same
+  lines cut into groups of the same 100-700 bounds, so its rate is converted to dlvirt's samples
+  (× dlvirt's samples / its samples over the same lines).
 
-A reference whose modules this Python cannot import, or whose files the checkout lacks, is replaced
-by the same stand-in, and the script says which and why. Each reference's samples/s is LoadGen's
-(``mlperf_log_summary.txt``, every sample issued once: ``performance_issue_unique``), inference
-alone. dlvirt's side is a real BM/N/PIN/CPU launch (the runner and LoadGen harness, one warm-up,
-then ``--reps`` counted repetitions): its inference stage (samples / the stage's busy time, the
-figure comparable to the reference's) and its E2E (reading and pre-processing included). The two
+A reference whose modules this Python cannot import, or whose files the checkout lacks (or RS's
+without ``--dlrm``), is replaced by a stand-in, and the script says which and why: the framework's
+raw loop (``benchmarks/jobs.py: RawLoop``), which does what a reference harness does around the
+model: every sample pre-processed into memory beforehand, then the app's own ``infer`` batch after
+batch. Each reference's samples/s is LoadGen's (``mlperf_log_summary.txt``, every sample issued
+once: ``performance_issue_unique``), inference alone. dlvirt's side is a real BM/N/PIN/CPU launch
+(the runner and LoadGen harness, one warm-up, then ``--reps`` counted repetitions): its inference
+stage (samples / the stage's busy time, the figure comparable to the reference's) and its E2E
+(reading and pre-processing included). The two
 take turns going first from round to round; printed per app and core count, the median over
 ``--rounds`` rounds, as one Markdown table, then each round's rates.
 
@@ -48,13 +58,15 @@ Workloads are the default study's (config/config.yaml); ``--samples N`` sets eve
 count instead (a functional check). The references' extra Python dependencies are not in the study's
 lock: ``./setup.sh peers`` installs them into the study's venv from their own lock
 (envs/requirements-peers.txt: OpenCV and pycocotools for IC, toml, librosa, unidecode and inflect for
-SR; every package the study's stack has at its version). NLP's NVIDIA ``file_utils`` imports boto3
-and botocore's ``ClientError`` for S3 downloads it never makes here; no botocore installs beside the
-study's python-dateutil 4, so where boto3 is missing empty modules stand in for the two (``BERT_SHIM``).
-Each reference whose modules are missing stands in as above, and the script names them.
+SR, OpenCV and scikit-learn (librosa's) for RS; every package the study's stack has at its version).
+NLP's NVIDIA ``file_utils`` imports boto3 and botocore's ``ClientError`` for S3 downloads it never
+makes here; no botocore installs beside the study's python-dateutil 4, so where boto3 is missing
+empty modules stand in for the two (``BERT_SHIM``). DLRM_Net's module imports TensorBoard's
+``SummaryWriter`` for training logs; where tensorboard is missing an empty class stands in
+(``DLRM_SHIM``).
 
-    python benchmarks/peers.py --inference DIR [--apps ic,nlp,sr,rs] [--cores 1,all] [--rounds 3]
-                               [--samples N] [--reps 1]
+    python benchmarks/peers.py --inference DIR [--dlrm DIR] [--apps ic,nlp,sr,rs] [--cores 1,all]
+                               [--rounds 3] [--samples N] [--reps 1]
 """
 
 from __future__ import annotations
@@ -249,6 +261,75 @@ class RnntReference(Reference):
                  str(work / f"log-{threads}")], inference / self.harness, {})
 
 
+class DlrmReference(Reference):
+    """MLPerf's DLRM reference, whose model (``DLRM_Net``) and Criteo dataset class live in a
+    checkout of facebookresearch/dlrm (``dlrm``: its ``DLRM_DIR``)."""
+
+    dlrm: Path | None = None
+    samples = 0  # dlvirt's samples over the lines the reference reads (prepare)
+
+    def settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return {**settings, "max_rows_per_table": None}  # the Kaggle profile's tables, uncapped
+
+    def problem(self, inference: Path) -> str | None:
+        if self.dlrm is None:
+            return NO_DLRM_CHECKOUT
+        lacking = [name for name in DLRM_FILES if not (self.dlrm / name).is_file()]
+        if lacking:
+            return f"--dlrm {self.dlrm} lacks {', '.join(lacking)} (a checkout of facebookresearch/dlrm)"
+        return super().problem(inference)
+
+    def prepare(self, inference: Path, settings: dict[str, Any], dataset: Path, work: Path) -> None:
+        in_fresh_process(export_state_dict, self.app, settings, str(dataset), str(work / "dlrm.pt"), {}, "state_dict")
+        self.samples = write_kaggle_days(dataset, settings, work / "criteo")
+
+    def command(self, inference: Path, settings: dict[str, Any], dataset: Path, work: Path,
+                threads: int) -> tuple[list[str], Path, dict[str, str]]:
+        lines = settings["dataset"]["lines_per_sample"]
+        path = ":".join(filter(None, (str(self.dlrm), os.environ.get("PYTHONPATH"))))
+        return (["--profile", "dlrm-kaggle-pytorch", "--scenario", "Offline", "--mlperf_conf",
+                 str(inference / "loadgen" / "mlperf.conf"), "--model-path", str(work / "dlrm.pt"),
+                 "--dataset-path", str(work / "criteo"), "--output", str(work / f"log-{threads}"),
+                 "--max-batchsize", str(settings["batch_size"]), "--threads", str(threads),
+                 "--samples-to-aggregate-min", str(lines["min"]), "--samples-to-aggregate-max", str(lines["max"]),
+                 "--samples-to-aggregate-trace-file", str(work / "aggregation.txt")],
+                inference / self.harness, {"DLRM_DIR": str(self.dlrm), "PYTHONPATH": path})
+
+    def per_sample(self, dataset: Path, reference_samples: int) -> float:
+        return self.samples / reference_samples  # both cut the same lines into samples
+
+
+# What MLPerf's DLRM reference imports from facebookresearch/dlrm
+DLRM_FILES = ("dlrm_s_pytorch.py", "dlrm_data_pytorch.py", "data_utils.py", "data_loader_terabyte.py")
+
+
+def write_kaggle_days(dataset: Path, settings: dict[str, Any], out: Path) -> int:
+    """dlvirt's Criteo TSV lines (those its samples hold) as the processed Kaggle days that MLPerf's
+    DLRM reference reads (``dlrm_data_pytorch.CriteoDataset``, memory-mapped layout: its test set
+    is the first half of day 6): day 6 holds the lines twice, the other days none; integers as
+    written with negatives 0 (its ``log(x + 1)`` then gives dlvirt's dense features), categoricals
+    hashed into the tables as dlvirt hashes them (its tables take them as they are). Returns how
+    many dlvirt samples the lines make."""
+    import numpy as np
+
+    from dlvirt.apps.rs import Recommendation, parse_columns, sample_spans, table_modulus, table_rows
+
+    tsv = Recommendation.tsv_file(dataset)
+    spans = sample_spans(tsv, settings["dataset"])
+    with open(tsv, "rb") as handle:
+        values, categoricals = parse_columns(handle.read(spans[-1][1]), str(tsv))
+    modulus = table_modulus(table_rows(settings.get("max_rows_per_table")))
+    day = {"X_int": np.maximum(values[:, 1:], 0).astype(np.int32), "X_cat": (categoricals % modulus).astype(np.int32),
+           "y": values[:, 0].astype(np.int32)}
+    out.mkdir(parents=True, exist_ok=True)
+    for number in range(6):
+        np.savez(out / f"train_day_{number}_reordered.npz", **{k: v[:0] for k, v in day.items()})
+    np.savez(out / "train_day_6_reordered.npz", **{k: np.concatenate([v, v]) for k, v in day.items()})
+    np.savez(out / "train_day_count.npz", total_per_file=np.array([0] * 6 + [2 * len(values)]))
+    np.savez(out / "train_fea_count.npz", counts=modulus.astype(np.int32))
+    return len(spans)
+
+
 # Run before the BERT reference's run.py, in its process: NVIDIA's file_utils imports boto3 and
 # botocore's ClientError, which ./setup.sh peers cannot install (the module doc).
 BERT_SHIM = """
@@ -283,7 +364,19 @@ def warmed(self, *args):
             self.greedy_decoder.forward(features.permute(2, 0, 1), lengths)
 pytorch_SUT.PytorchSUT.__init__ = warmed
 """
-REFERENCES: dict[str, Reference | None] = {
+# Run before the DLRM reference's main.py, in its process: DLRM_Net's module imports TensorBoard's
+# SummaryWriter for training logs it never writes here, and the study's stack has no tensorboard.
+DLRM_SHIM = """
+import sys, types
+import torch
+try:
+    import torch.utils.tensorboard
+except ImportError:  # imported for training logs the reference never writes (DLRM_SHIM)
+    board = types.ModuleType("torch.utils.tensorboard")
+    board.SummaryWriter = type("SummaryWriter", (), {})
+    sys.modules["torch.utils.tensorboard"] = board
+"""
+REFERENCES: dict[str, Reference] = {
     "ic": VisionReference("ic", "vision/classification_and_detection/python", "main.py",
                           ("cv2", "pycocotools", "mlperf_loadgen", "tensorflow"), "resnet50"),
     "nlp": BertReference("nlp", "language/bert", "run.py",
@@ -293,11 +386,12 @@ REFERENCES: dict[str, Reference | None] = {
     "sr": RnntReference("sr", "retired_benchmarks/speech_recognition/rnnt", "run.py",
                         ("toml", "librosa", "soundfile", "unidecode", "inflect", "tqdm", "mlperf_loadgen"), "rnnt",
                         shim=RNNT_SHIM),
-    "rs": None,
+    # LoadGen settings by "*": it names the model by its --model-path
+    "rs": DlrmReference("rs", "retired_benchmarks/recommendation/dlrm/pytorch/python", "main.py",
+                        ("cv2", "sklearn", "tqdm", "mlperf_loadgen"), "*", shim=DLRM_SHIM),
 }
-STAND_IN = {"rs": "MLPerf's DLRM reference (retired_benchmarks/recommendation/dlrm/pytorch) imports DLRM_Net and "
-                  "its Criteo loaders from facebookresearch/dlrm, which mlcommons/inference does not hold, and "
-                  "reads only the processed Kaggle day files its loader writes"}
+NO_DLRM_CHECKOUT = ("MLPerf's DLRM reference imports DLRM_Net and its Criteo dataset from facebookresearch/dlrm, "
+                    "which mlcommons/inference does not hold, and no checkout of it was given (--dlrm DIR)")
 
 
 def dlvirt_rates(app: str, settings: dict[str, Any], dataset: Path, work: Path, cores: int,
@@ -323,6 +417,8 @@ def with_samples(settings: dict[str, Any], samples: int | None) -> dict[str, Any
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inference", type=Path, required=True, help="a checkout of mlcommons/inference")
+    parser.add_argument("--dlrm", type=Path, default=os.environ.get("DLRM_DIR"),
+                        help="a checkout of facebookresearch/dlrm, for RS's reference (default: $DLRM_DIR)")
     parser.add_argument("--apps", default="ic,nlp,sr,rs")
     parser.add_argument("--cores", default="1,all", help="core counts, 'all': every CPU of this process's affinity")
     parser.add_argument("--rounds", type=int, default=3)
@@ -339,9 +435,11 @@ def main() -> None:
     levels = [every if c == "all" else int(c) for c in args.cores.split(",")]
     study = study_config()["apps"]
     stand_ins: dict[str, str] = {}
+    dlrm = REFERENCES["rs"]
+    assert isinstance(dlrm, DlrmReference)
+    dlrm.dlrm = args.dlrm
     for app in apps:
-        reference = REFERENCES[app]
-        why = STAND_IN.get(app) or (reference.problem(args.inference) if reference else None)
+        why = REFERENCES[app].problem(args.inference)
         if why:
             stand_ins[app] = why
             print(f"{app}: {why}; the framework's raw loop stands in (samples in memory, the model batch after batch)")

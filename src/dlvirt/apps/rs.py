@@ -148,6 +148,14 @@ def table_modulus(rows: tuple[int, ...]) -> np.ndarray:
 def parse_lines_checked(text: bytes, where: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``parse_lines`` by Python's own string parsing (the GIL held): any input, refused with what
     is wrong and ``where``."""
+    values, categoricals = parse_columns(text, where)
+    return values[:, 0].astype(np.int8), _dense(values), categoricals
+
+
+def parse_columns(text: bytes, where: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """Criteo TSV lines as written: the label and 13 integers int64 (n, 14), missing → 0, and the 26
+    categoricals' hex values int64 (n, 26), missing → 0; anything else refused with what is wrong
+    and ``where``."""
     lines = text.decode("ascii", errors="replace").splitlines()
     try:
         fields = np.array([line.split("\t") for line in lines], dtype=str)
@@ -161,7 +169,7 @@ def parse_lines_checked(text: bytes, where: str = "") -> tuple[np.ndarray, np.nd
         values = numbers.astype(np.int64)
     except (ValueError, OverflowError) as err:
         raise AppError(f"{where}: a label or integer feature is not an integer ({err})") from err
-    return values[:, 0].astype(np.int8), _dense(values), parse_hex(fields[:, 1 + DENSE:], where)
+    return values, parse_hex(fields[:, 1 + DENSE:], where)
 
 
 def parse_hex(strings: np.ndarray, where: str = "") -> np.ndarray:
