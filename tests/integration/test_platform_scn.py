@@ -133,7 +133,7 @@ def test_scn_pinned_sees_its_cores_numbered_from_zero_and_the_host_cpuset(engine
 def test_a_cn_row_runs_on_crun_from_one_config_line(engine, image, ic_dataset, tmp_path):
     if "crun" not in engine.info()["Runtimes"]:
         pytest.skip("crun is not installed or this dockerd started without it (./setup.sh test installs it)")
-    if why := runtime_problem("crun"):
+    if why := runtime_problem("crun", SETTINGS):
         pytest.skip(why)  # what the plan leaves CN on crun out with here
     result = run_job(spec(ic_dataset, image, "VNL", "CN", {"runtime": "crun"}), tmp_path / "r.json", tmp_path / "lg")
     assert result.platform["runtime"] == "crun" and result.platform["runtime_path"] == runtime_binary("crun")

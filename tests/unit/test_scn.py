@@ -197,10 +197,11 @@ def test_a_harness_killed_by_sigfpe_in_gvisor_is_explained():
     assert SandboxedContainer.exit_hint(1) == "" and Container.exit_hint(128 + signal.SIGFPE) == ""
 
 
-def test_crun_is_left_out_on_a_hybrid_host_whose_cgroup2_tree_has_controllers(tmp_path, monkeypatch):
+def test_crun_on_a_hybrid_host_whose_cgroup2_tree_has_controllers_gets_a_dockerd_without_it(tmp_path, monkeypatch):
     """crun (1.8) refuses to create containers where v1 controllers sit beside a cgroup2 tree that
-    holds controllers (a 2-core EPYC guest: hugetlb): the plan says so instead of a failed start."""
-    from dlvirt.system import cgroups
+    holds controllers (2-core EPYC and Xeon guests: hugetlb): dlvirt's own dockerd then runs where
+    that tree is unmounted; through an engine not its own the plan leaves crun out, saying why."""
+    from dlvirt.system import cgroups, docker_engine
 
     (tmp_path / "cgroup.controllers").write_text("hugetlb\n")
     monkeypatch.setattr(cgroups, "version", lambda: 1)
@@ -208,5 +209,16 @@ def test_crun_is_left_out_on_a_hybrid_host_whose_cgroup2_tree_has_controllers(tm
     monkeypatch.setattr(cgroups, "version", lambda: 2)
     assert cgroups.hybrid_v2_controllers(tmp_path) == []
     monkeypatch.setattr(cgroups, "hybrid_v2_controllers", lambda: ["hugetlb"])
-    assert "hybrid cgroups" in (cn_module.runtime_problem("crun") or "")
-    assert cn_module.runtime_problem("runc") is None and cn_module.runtime_problem("runsc") is None
+    crun = {"crun": {"path": "/usr/bin/crun"}}
+    assert cn_module.refuses_hybrid(crun) and not cn_module.refuses_hybrid({"runsc": {"path": "/usr/bin/runsc"}})
+    plain = docker_engine.dockerd("d", "/var/lib/d", "/usr/sbin/dockerd").command
+    hidden = docker_engine.dockerd("d", "/var/lib/d", "/usr/sbin/dockerd", hide_cgroup2=True).command
+    assert hidden[:5] == ("unshare", "--mount", "--propagation", "slave", "--")
+    assert hidden[-len(plain) - 1:] == (str(cgroups.HYBRID_V2), *plain)  # the shell's $0, unmounted; then dockerd
+    monkeypatch.setattr(docker_engine, "starts_own", lambda settings: True)
+    assert cn_module.runtime_problem("crun", {}) is None
+    monkeypatch.setattr(docker_engine, "starts_own", lambda settings: False)
+    assert "hybrid cgroups" in (cn_module.runtime_problem("crun", {}) or "")
+    assert cn_module.runtime_problem("runc", {}) is None and cn_module.runtime_problem("runsc", {}) is None
+    monkeypatch.setattr(cgroups, "hybrid_v2_controllers", lambda: [])
+    assert not cn_module.refuses_hybrid(crun)

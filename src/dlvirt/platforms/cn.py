@@ -31,7 +31,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -79,11 +79,27 @@ def container_runtimes(platforms: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(entry for entry in entries if entry is not None)
 
 
-def runtime_problem(runtime: str) -> str | None:
-    """Why the OCI runtime ``runtime`` cannot start containers on this host (None: nothing known)."""
-    if runtime == "crun" and (controllers := cgroups.hybrid_v2_controllers()):
-        return (f"crun refuses this host's hybrid cgroups: v1 controllers beside a cgroup2 tree at "
-                f"{cgroups.HYBRID_V2} with controllers ({', '.join(controllers)}); runc runs here")
+# OCI runtimes that refuse a hybrid host whose cgroup2 tree holds a controller (crun 1.8: "cgroups in
+# hybrid mode not supported, drop all controllers from cgroupv2"); dlvirt's own dockerd, when it
+# registers one there, runs where that tree is not mounted (docker_engine: hide_cgroup2)
+REFUSE_HYBRID = frozenset({"crun"})
+
+
+def refuses_hybrid(runtimes: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether this host is hybrid with controllers in its cgroup2 tree and a runtime of ``runtimes``
+    (dockerd's entries: name -> {"path": ...}) refuses that."""
+    return (any(Path(entry["path"]).name in REFUSE_HYBRID for entry in runtimes.values())
+            and bool(cgroups.hybrid_v2_controllers()))
+
+
+def runtime_problem(runtime: str, settings: dict[str, Any]) -> str | None:
+    """Why the OCI runtime ``runtime`` cannot start containers on this host through the engine that
+    ``settings`` (platforms.CN) name (None: nothing known)."""
+    if runtime in REFUSE_HYBRID and (controllers := cgroups.hybrid_v2_controllers()) \
+            and not docker_engine.starts_own(settings):
+        return (f"{runtime} refuses this host's hybrid cgroups (v1 controllers beside a cgroup2 tree at "
+                f"{cgroups.HYBRID_V2} with controllers: {', '.join(controllers)}), and the Docker engine dlvirt "
+                "talks to is not its own, which would run without that tree; runc runs here")
     return None
 
 
@@ -157,13 +173,14 @@ class Container(Platform):
         if cls.runtime(own) != RUNC and runtime_binary(cls.runtime(own)) is None:
             return (f"the OCI runtime {cls.runtime(own)!r} (platforms.{cls.name}.runtime) is not installed "
                     "(./setup.sh install installs runsc; Debian: crun, runsc)")
-        return runtime_problem(cls.runtime(own))
+        return runtime_problem(cls.runtime(own), settings)
 
     @classmethod
     def daemons(cls, platforms: dict[str, Any]) -> list[Daemon]:
         # one engine for every container platform: the image's section names it (platforms.CN.engine)
-        daemon = docker_engine.own_daemon(platforms.get(Container.name, {}), container_image.SETTINGS,
-                                          container_runtimes(platforms))
+        runtimes = container_runtimes(platforms)
+        daemon = docker_engine.own_daemon(platforms.get(Container.name, {}), container_image.SETTINGS, runtimes,
+                                          hide_cgroup2=refuses_hybrid(runtimes))
         return [] if daemon is None else [daemon]
 
     @property

@@ -16,6 +16,13 @@ runsc, crun, kata-runtime, ...) are registered in that config file, so they are 
 dockerd from its start (dockerd's ``runtimes``; the host's ``/etc/docker/daemon.json`` is never read
 or changed). A dockerd that already runs keeps the runtimes it started with: a platform whose runtime
 it lacks says so when it provisions.
+
+On a hybrid host whose cgroup2 tree holds a controller, which crun 1.8 refuses ("cgroups in hybrid
+mode not supported"), dlvirt's dockerd can run in a mount namespace of its own in which that tree
+is unmounted (``hide_cgroup2``): it, containerd and the runtimes see the v1 controllers only, which
+hold every limit dlvirt sets (CPU quota, cpuset, memory, pids); mounts of the host still reach it
+(slave propagation), its own mounts (the containers' root file systems) stay out of the host's view
+and go with it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dlvirt.core.credentials import redact
+from dlvirt.system.cgroups import HYBRID_V2
 from dlvirt.system.engines import RUN_ROOT, Daemon, EngineError
 
 DEFAULT_URL = "unix:///var/run/docker.sock"
@@ -130,32 +138,45 @@ def daemon_config(runtimes: Mapping[str, Mapping[str, Any]]) -> bytes:
     return (json.dumps({"runtimes": dict(sorted(runtimes.items()))} if runtimes else {}, indent=1) + "\n").encode()
 
 
-def own_daemon(settings: dict[str, Any], section: str,
-               runtimes: Mapping[str, Mapping[str, Any]] | None = None) -> Daemon | None:
+def starts_own(settings: dict[str, Any]) -> bool:
+    """Whether dlvirt talks to a dockerd of its own (no engine configured, none at the default socket)."""
+    return configured_url(settings) is None and not answers(DEFAULT_URL)
+
+
+def own_daemon(settings: dict[str, Any], section: str, runtimes: Mapping[str, Mapping[str, Any]] | None = None,
+               hide_cgroup2: bool = False) -> Daemon | None:
     """dlvirt's dockerd, or None when an engine is configured or the default socket answers.
-    ``runtimes``: the OCI runtimes to register in its config (``daemon_config``)."""
-    if configured_url(settings) is not None or answers(DEFAULT_URL):
+    ``runtimes``: the OCI runtimes to register in its config (``daemon_config``); ``hide_cgroup2``:
+    run it where the hybrid host's cgroup2 tree is not mounted (the module doc)."""
+    if not starts_own(settings):
         return None
     dockerd_path = dockerd_binary()
     if dockerd_path is None or os.geteuid() != 0:
         raise EngineError(str(why_no_engine(settings, section)))
     root = data_root(settings)
     return dockerd(daemon_name(settings), root, dockerd_path, serves=f"data root {root}",
-                   config=daemon_config(runtimes or {}))
+                   config=daemon_config(runtimes or {}), hide_cgroup2=hide_cgroup2)
 
 
-def dockerd(name: str, root: str, binary: str, serves: str | None = None, config: bytes = b"{}\n") -> Daemon:
+def dockerd(name: str, root: str, binary: str, serves: str | None = None, config: bytes = b"{}\n",
+            hide_cgroup2: bool = False) -> Daemon:
     """dlvirt's dockerd ``name`` (run directory ``RUN_ROOT/name``, socket ``docker.sock`` there)
     keeping its data in ``root``. Its config file (``config``: never the host's
-    /etc/docker/daemon.json) is written by ``engines`` under the run directory's lock when it starts."""
+    /etc/docker/daemon.json) is written by ``engines`` under the run directory's lock when it starts.
+    ``hide_cgroup2``: in a mount namespace of its own without ``HYBRID_V2`` (the module doc; the
+    process is dockerd itself: unshare and the shell exec it, so its pid is the one started)."""
     run_dir = RUN_ROOT / name
     url = f"unix://{run_dir / 'docker.sock'}"
+    command: tuple[str, ...] = (
+        binary, "--host", url, "--data-root", root, "--exec-root", str(run_dir / "exec"),
+        "--pidfile", str(run_dir / "dockerd.pid"), "--config-file", str(run_dir / CONFIG_FILE),
+        "--iptables=false", "--ip-forward=false", "--bridge=none")
+    if hide_cgroup2:
+        command = ("unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", 'umount "$0" && exec "$@"',
+                   str(HYBRID_V2), *command)
     return Daemon(
         name=name,
-        command=(binary, "--host", url, "--data-root", root,
-                 "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "dockerd.pid"),
-                 "--config-file", str(run_dir / CONFIG_FILE), "--iptables=false", "--ip-forward=false",
-                 "--bridge=none"),
+        command=command,
         files=((CONFIG_FILE, config),),
         serves=serves,
         probe=lambda: answers(url, timeout_s=1.0),
