@@ -50,9 +50,11 @@ SETTINGS = {"memory_mib": 4096, "gpus": "all", "debian_mirror": None, "image": N
             "engine": {"host": None, "data_root": "/var/lib/dlvirt/docker"}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine() -> Iterator[docker.DockerClient]:
-    """A Docker engine that answers: the configured one, or dlvirt's own started for this session."""
+    """A Docker engine that answers: the configured one, or dlvirt's own started for this module and
+    released at its end, so that a later module's dockerd registers the runtimes that module needs
+    (test_platform_scn.py: crun)."""
     if docker_engine.configured_url(SETTINGS) is None and not docker_engine.answers(docker_engine.DEFAULT_URL):
         if shutil.which("dockerd", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
             pytest.skip("no Docker engine answers and dockerd is not installed (Debian: docker.io)")
@@ -77,9 +79,9 @@ def checkout(tmp_path_factory) -> Path:
     return copy_workflow(tmp_path_factory.mktemp("cn") / "wf")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cn_image(engine, checkout, tmp_path_factory) -> str:
-    """dlvirt's image for the checkout, built once per session unless the engine has its tag."""
+    """dlvirt's image for the checkout, built once unless the engine has its tag."""
     if shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
         pytest.skip("building the CN image needs debootstrap")
     info = container_image.ensure(checkout, SETTINGS, tmp_path_factory.mktemp("images") / "cn.json")
