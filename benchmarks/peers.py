@@ -47,12 +47,16 @@ without ``--dlrm``), is replaced by a stand-in, and the script says which and wh
 raw loop (``benchmarks/jobs.py: RawLoop``), which does what a reference harness does around the
 model: every sample pre-processed into memory beforehand, then the app's own ``infer`` batch after
 batch. Each reference's samples/s is LoadGen's (``mlperf_log_summary.txt``, every sample issued
-once: ``performance_issue_unique``), inference alone. dlvirt's side is a real BM/N/PIN/CPU launch
-(the runner and LoadGen harness, one warm-up, then ``--reps`` counted repetitions): its inference
-stage (samples / the stage's busy time, the figure comparable to the reference's) and its E2E
-(reading and pre-processing included). The two
-take turns going first from round to round; printed per app and core count, the median over
-``--rounds`` rounds, as one Markdown table, then each round's rates.
+once: ``performance_issue_unique``; a run whose worker logged a failure is refused, as those
+harnesses then answer its samples empty): its inputs are ready in memory, so the timed path is
+inference plus what the reference does per batch before answering: for IC an argmax, for RS a
+per-line accuracy count in Python (about 0.9 s per 120,000 lines on one core here, a quarter of
+its pass), which dlvirt's inference stage does not hold and its E2E does. dlvirt's side is a real
+BM/N/PIN/CPU launch (the runner and LoadGen harness, one warm-up, then ``--reps`` counted
+repetitions): its inference stage (samples / the stage's busy time) and its E2E (reading,
+pre-processing and post-processing included; for RS, E2E / reference is the conservative ratio).
+The two take turns going first from round to round; printed per app and core count, the median
+over ``--rounds`` rounds, as one Markdown table, then each round's rates.
 
 Workloads are the default study's (config/config.yaml); ``--samples N`` sets every app's sample
 count instead (a functional check). The references' extra Python dependencies are not in the study's
@@ -93,6 +97,9 @@ from dlvirt.system.hostinfo import node_identity  # noqa: E402
 
 from jobs import fresh_raw_loop, job_spec, study_config  # noqa: E402 - benchmarks/jobs.py
 
+# what the vision and DLRM harnesses log when a batch raises; they then complete its samples empty,
+# so LoadGen's rate would count work never done
+WORKER_FAILED = "thread: failed"
 SAMPLES_PER_S = re.compile(r"^Samples per second\s*:\s*([0-9.eE+-]+)", re.MULTILINE)
 QSL_COUNT = re.compile(r'"key": "qsl_reported_total_count", "value": (\d+)')
 
@@ -198,6 +205,9 @@ class Reference:
         summary, detail = output / "mlperf_log_summary.txt", output / "mlperf_log_detail.txt"
         if done.returncode != 0 or not summary.is_file():
             raise SystemExit(f"MLPerf's {self.app} reference failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        if WORKER_FAILED in done.stdout + done.stderr:  # it answered LoadGen anyway: its rate is no rate
+            raise SystemExit(f"MLPerf's {self.app} reference: a worker failed ({WORKER_FAILED!r}), and its runner "
+                             f"answered those samples empty:\n{done.stderr[-3000:]}")
         found, count = SAMPLES_PER_S.search(summary.read_text()), QSL_COUNT.search(detail.read_text())
         if not found or not count:
             raise SystemExit(f"{output}: no 'Samples per second' or qsl_reported_total_count")
