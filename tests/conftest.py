@@ -427,13 +427,14 @@ def compare_scenarios() -> list:
     return [Scenario("BM", 1, "VNL", "CPU"), Scenario("CN", 1, "VNL", "CPU")]
 
 
-def compare_study(folder: Path, scale: dict[str, float] | None = None, model: dict[str, str] | None = None,
+def compare_study(folder: Path, scale: dict[str, float] | None = None,
+                  model: dict[str, dict[str, Any]] | None = None,
                   launches: int = COMPARE_LAUNCHES, seed: int = 0, tool: str = "mlperf",
                   repetition: Callable[..., Any] | None = None) -> Path:
     """A results folder built from the fixture run record through the real summary code: run
     records (launch means spread ~1.5 %, round by round), summary, host facts. ``scale`` multiplies
-    a scenario's times; ``model`` replaces a scenario's model name. Another run ``tool``'s study gives
-    its repetitions with ``repetition(template, scenario, index, rng)``."""
+    a scenario's times; ``model`` replaces fields of a scenario's model record (its name, how it
+    ran). Another run ``tool``'s study gives its repetitions with ``repetition(template, scenario, index, rng)``."""
     import numpy as np
 
     from dlvirt.analysis.aggregate import write_summary
@@ -453,8 +454,7 @@ def compare_study(folder: Path, scale: dict[str, float] | None = None, model: di
                 template, tool=tool, scenario=scenario, scenario_name=scenario.name, replicate=replicate, runs=runs,
                 run_id=f"{tool}-{scenario.platform}-{replicate}-{seed}",
                 platform={**template.platform, "platform": scenario.platform},
-                model={**template.model, **((model or {}).get(scenario.name) and
-                                            {"model": (model or {})[scenario.name]} or {})})
+                model={**template.model, **(model or {}).get(scenario.name, {})})
             s = scenario
             path = folder / "runs" / tool / "ic" / s.platform / str(s.cores) / s.pinning / s.processor / \
                 f"{replicate}.json"

@@ -48,7 +48,7 @@ def test_a_scenario_slowed_by_30_percent_is_slower_and_fails_ci(tmp_path, capsys
 
 def test_a_different_model_is_refused_with_the_reason(tmp_path):
     a = compare_study(tmp_path / "a")
-    b = compare_study(tmp_path / "b", model={"CN/1/VNL/CPU": "ResNet18"})
+    b = compare_study(tmp_path / "b", model={"CN/1/VNL/CPU": {"model": "ResNet18"}})
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
     table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
     assert table.loc["CN/1/VNL/CPU", "verdict"] == REFUSED
@@ -56,9 +56,25 @@ def test_a_different_model_is_refused_with_the_reason(tmp_path):
     assert table.loc["BM/1/VNL/CPU", "verdict"] != REFUSED
 
 
+def test_the_same_model_run_another_way_is_refused_with_the_reason(tmp_path):
+    """NLP's padding (or a frozen graph against eager) changes the work a launch does: not a change of
+    platform or host that compare could judge."""
+    eager = {"optimisation": "inference_mode"}
+    a = compare_study(tmp_path / "a", model={"CN/1/VNL/CPU": {**eager, "padding": "max_length"}})
+    b = compare_study(tmp_path / "b", model={"CN/1/VNL/CPU": {**eager, "padding": "longest"}})
+    assert pd.read_csv(b / "summary.csv").set_index("scenario")["execution"]["CN/1/VNL/CPU"] \
+        == "inference_mode; padding longest"
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    table = pd.read_csv(tmp_path / "out" / "compare.csv").set_index("scenario")
+    assert table.loc["CN/1/VNL/CPU", "verdict"] == REFUSED
+    assert ("how the model ran: A inference_mode; padding max_length, B inference_mode; padding longest"
+            in table.loc["CN/1/VNL/CPU", "why"])
+    assert table.loc["BM/1/VNL/CPU", "verdict"] != REFUSED
+
+
 def test_nothing_comparable_is_bad_input_naming_both_folders(tmp_path, capsys):
     a = compare_study(tmp_path / "a")
-    b = compare_study(tmp_path / "b", model={s.name: "ResNet18" for s in compare_scenarios()})
+    b = compare_study(tmp_path / "b", model={s.name: {"model": "ResNet18"} for s in compare_scenarios()})
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "no scenario is comparable" in err and str(a) in err and "model: A ResNet50" in err

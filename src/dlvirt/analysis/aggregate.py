@@ -133,6 +133,13 @@ def code_column(results: list[JobResult], allow_mixed_code: bool = False) -> str
     return f"mixed: {names}"
 
 
+def execution(model: dict[str, Any]) -> str | None:
+    """How the model ran, from the run record's model: its optimisation and, where the app records
+    one, its padding (None for results that record neither)."""
+    parts = [model.get("optimisation"), model.get("padding") and f"padding {model['padding']}"]
+    return "; ".join(str(part) for part in parts if part) or None
+
+
 def throttled_pct(runs: list[Repetition]) -> float:
     """Throttled CFS periods per 100 periods over the runs: NaN without a quota or without cpu.stat;
     0 under a quota when no period ended during them (repetitions of a few milliseconds): a
@@ -279,6 +286,7 @@ def summarise_launches(results: list[JobResult], allow_mixed_code: bool = False)
         # a smaller stand-in (BERT-tiny for BERT-large) says so; it is never evidence for a claim
         "reference_model": bool(first.model.get("mlperf_reference_size", True)),
         "weights": first.model["weights"],
+        "execution": execution(first.model),
         "host": first.host,
         "site": first.site or LOCAL_SITE,
         # results written before nodes were recorded say so rather than guess

@@ -126,6 +126,9 @@ SUMMARY: tuple[Column, ...] = KEY + (
     Column("model", "str", "the model's name"),
     Column("reference_model", "bool", "the MLPerf reference-size model (False: a smaller stand-in)"),
     Column("weights", "str", "the weights' kind (pretrained, trained here, random)"),
+    Column("execution", "str", "how the model ran (the run record's model.optimisation, e.g. frozen-graph, "
+           "torchscript-frozen, inference_mode), with the padding of an app that records one: a different "
+           "way is a different workload"),
     Column("host", "str", "host name of the measuring host"),
     Column("hardware", "str", "the hardware of the launches (several kinds joined by ' + ')"),
     Column("gpu", "str", "the GPU model of a GPU row"),

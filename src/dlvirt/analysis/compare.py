@@ -1,7 +1,8 @@
 """``dlvirt compare A B``: the same scenarios in two finished studies (two results folders), B against A.
 
 Scenarios are matched by tool, app, scenario name, site and VMM. A pair is compared only if it ran
-the same workload: tool, dataset source and size, model and its size, and weights kind must agree;
+the same workload: tool, dataset source and size, model and its size, weights kind and how the model
+ran (``execution``: its optimisation and padding, where both studies' summaries have it) must agree;
 otherwise it is refused with the reason (so is a scenario that only one study has).
 
 One model over both studies' launches of a pooling group (``Between``: log launch mean ~ 0 + cell,
@@ -83,7 +84,8 @@ EXIT_SLOWER = 1
 MATCH = ["tool", "app", "scenario", "site", "vmm"]  # what names one scenario in both studies
 # what must agree for two rows to measure the same workload, and how a refusal names it
 WORKLOAD = {"tool": "tool", "dataset_source": "dataset source", "samples": "dataset size (samples per run)",
-            "model": "model", "reference_model": "model size (reference or stand-in)", "weights": "weights kind"}
+            "model": "model", "reference_model": "model size (reference or stand-in)", "weights": "weights kind",
+            "execution": "how the model ran"}
 COLUMNS = [formats.KEY, *MATCH, "verdict", "ratio", "low90", "high90", "df", "p_slower", "p_faster", "p_alike",
            "launches_a", "launches_b", "mean_a_s", "mean_b_s", "why", "measure", "others_cores_a", "others_cores_b",
            "day_sd", "calibration"]
